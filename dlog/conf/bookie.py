@@ -1,0 +1,289 @@
+"""Bookie settings, with BookKeeper's ServerConfiguration key names and defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from dlog.conf.base import Config, setting
+from dlog.errors import ConfigError
+
+DB_LEDGER_STORAGE = "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage"
+
+
+def _metadata_uri(value: str) -> str | None:
+    from dlog.uri import parse_metadata_service_uri
+
+    try:
+        parse_metadata_service_uri(value)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _non_empty(value: list[str]) -> str | None:
+    return None if value else "needs at least one directory"
+
+
+def _physical_memory_mb() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024)
+    except (ValueError, OSError):
+        return 4096
+
+
+@dataclasses.dataclass(frozen=True)
+class BookieConfig(Config):
+    title = "dlog bookie configuration (BookKeeper ServerConfiguration key names)"
+
+    # -- server ------------------------------------------------------------
+    bookie_port: int = setting(
+        "bookiePort", 3181, "TCP port the bookie listens on.", min=0, max=65535
+    )
+    advertised_address: str = setting(
+        "advertisedAddress",
+        "",
+        "Address clients use to reach this bookie, and part of its id. Empty means "
+        "the address the host name resolves to.",
+    )
+    bookie_id: str = setting(
+        "bookieId", "", "Explicit bookie id. Empty means <advertisedAddress>:<bookiePort>."
+    )
+    netty_max_frame_size_bytes: int = setting(
+        "nettyMaxFrameSizeBytes",
+        5 * 1024 * 1024,
+        "Largest frame accepted on a connection; a bigger one closes that connection.",
+        min=1024,
+        unit="bytes",
+    )
+    metadata_service_uri: str = setting(
+        "metadataServiceUri",
+        "zk+hierarchical://localhost:2181/ledgers",
+        "Where ledger metadata and bookie registrations live.",
+        check=_metadata_uri,
+    )
+    zk_timeout: int = setting("zkTimeout", 10000, "ZooKeeper session timeout.", min=1000, unit="ms")
+    enable_statistics: bool = setting(
+        "enableStatistics", True, "Serve Prometheus metrics over HTTP."
+    )
+    prometheus_stats_http_address: str = setting(
+        "prometheusStatsHttpAddress", "0.0.0.0", "Address of the Prometheus metrics endpoint."
+    )
+    prometheus_stats_http_port: int = setting(
+        "prometheusStatsHttpPort",
+        8000,
+        "Port of the Prometheus metrics endpoint.",
+        min=0,
+        max=65535,
+    )
+    num_read_worker_threads: int = setting(
+        "numReadWorkerThreads", 8, "Threads that read entries from disk.", min=1, max=256
+    )
+    read_only_mode_enabled: bool = setting(
+        "readOnlyModeEnabled",
+        True,
+        "Turn read-only when every ledger directory is full, instead of shutting down.",
+    )
+    disk_usage_threshold: float = setting(
+        "diskUsageThreshold",
+        0.95,
+        "Fraction of a disk in use above which its ledger directory is full.",
+        min=0.0,
+        max=1.0,
+    )
+    disk_usage_lwm_threshold: float = setting(
+        "diskUsageLwmThreshold",
+        0.90,
+        "A full directory becomes writable again below this fraction.",
+        min=0.0,
+        max=1.0,
+    )
+    disk_check_interval: int = setting(
+        "diskCheckInterval", 10000, "How often disk usage is checked.", min=10, unit="ms"
+    )
+
+    # -- journal -----------------------------------------------------------
+    journal_directories: list[str] = setting(
+        "journalDirectories",
+        ["/tmp/bk-txn"],
+        "Journal directories (comma-separated).",
+        check=_non_empty,
+    )
+    journal_max_group_wait_msec: int = setting(
+        "journalMaxGroupWaitMSec",
+        2,
+        "Longest an entry waits for its group to be written and synced.",
+        min=0,
+        unit="ms",
+    )
+    journal_buffered_writes_threshold: int = setting(
+        "journalBufferedWritesThreshold",
+        524288,
+        "Write and sync a group once it holds this many bytes.",
+        min=1,
+        unit="bytes",
+    )
+    journal_buffered_entries_threshold: int = setting(
+        "journalBufferedEntriesThreshold",
+        0,
+        "Write and sync a group once it holds this many entries (0 = off).",
+        min=0,
+    )
+    journal_flush_when_queue_empty: bool = setting(
+        "journalFlushWhenQueueEmpty",
+        False,
+        "Write and sync as soon as no more entries are waiting, without waiting for the group timer.",
+    )
+    journal_sync_data: bool = setting(
+        "journalSyncData",
+        True,
+        "fdatasync the journal before acknowledging adds. Turning it off loses "
+        "acknowledged entries on power loss.",
+    )
+    journal_pre_alloc_size_mb: int = setting(
+        "journalPreAllocSizeMB",
+        16,
+        "Journal files grow in preallocated steps of this size.",
+        min=1,
+        unit="MiB",
+    )
+    journal_write_buffer_size_kb: int = setting(
+        "journalWriteBufferSizeKB", 64, "Size of a single journal write.", min=4, unit="KiB"
+    )
+    journal_alignment_size: int = setting(
+        "journalAlignmentSize",
+        512,
+        "Each group is padded to this alignment.",
+        check=lambda v: None if v >= 512 and v & (v - 1) == 0 else "must be a power of two >= 512",
+        unit="bytes",
+    )
+    journal_max_size_mb: int = setting(
+        "journalMaxSizeMB", 2048, "Roll to a new journal file past this size.", min=1, unit="MiB"
+    )
+    journal_max_backups: int = setting(
+        "journalMaxBackups", 5, "Journal files older than the last checkpoint to keep.", min=0
+    )
+    journal_queue_size: int = setting(
+        "journalQueueSize",
+        10000,
+        "Entries that may wait for the journal before new adds are refused with ETOOMANYREQUESTS.",
+        min=1,
+    )
+
+    # -- ledger storage ----------------------------------------------------
+    ledger_directories: list[str] = setting(
+        "ledgerDirectories",
+        ["/tmp/bk-data"],
+        "Ledger (entry log and index) directories.",
+        check=_non_empty,
+    )
+    ledger_storage_class: str = setting(
+        "ledgerStorageClass",
+        DB_LEDGER_STORAGE,
+        "Ledger storage implementation. Only DbLedgerStorage is provided.",
+        choices=[DB_LEDGER_STORAGE],
+    )
+    log_size_limit: int = setting(
+        "logSizeLimit",
+        1024 * 1024 * 1024,
+        "Rotate an entry log once it reaches this size.",
+        min=1024 * 1024,
+        unit="bytes",
+    )
+    flush_interval: int = setting(
+        "flushInterval",
+        10000,
+        "Checkpoint period: flush ledger storage, persist lastMark, delete old journals.",
+        min=10,
+        unit="ms",
+    )
+    flush_entrylog_bytes: int = setting(
+        "flushEntrylogBytes",
+        0,
+        "fsync an entry log after this many bytes are written to it (0 = only at flush).",
+        min=0,
+        unit="bytes",
+    )
+    entry_log_per_ledger_enabled: bool = setting(
+        "entryLogPerLedgerEnabled",
+        False,
+        "Give each ledger its own entry log (EntryLogManagerForEntryLogPerLedger).",
+    )
+    maximum_number_of_active_entry_logs: int = setting(
+        "maximumNumberOfActiveEntryLogs",
+        500,
+        "With entry log per ledger: most entry logs open for writing at once.",
+        min=1,
+    )
+    entrylog_map_access_expiry_time_in_seconds: int = setting(
+        "entrylogMapAccessExpiryTimeInSeconds",
+        300,
+        "With entry log per ledger: rotate a ledger's log this long after its last add.",
+        min=1,
+        unit="s",
+    )
+    db_storage_write_cache_max_size_mb: int = setting(
+        "dbStorage_writeCacheMaxSizeMb",
+        0,
+        "Write cache size, split into two halves (double buffer). 0 means 25% of "
+        "physical memory, at most 2048.",
+        min=0,
+        unit="MiB",
+    )
+    db_storage_read_ahead_cache_max_size_mb: int = setting(
+        "dbStorage_readAheadCacheMaxSizeMb",
+        0,
+        "Read-ahead cache size. 0 means 25% of physical memory, at most 2048.",
+        min=0,
+        unit="MiB",
+    )
+    db_storage_read_ahead_cache_batch_size: int = setting(
+        "dbStorage_readAheadCacheBatchSize",
+        100,
+        "Entries read ahead after a read that misses the caches.",
+        min=0,
+    )
+    db_storage_max_throttle_time_ms: int = setting(
+        "dbStorage_maxThrottleTimeMs",
+        10000,
+        "How long an add waits for write cache space before failing with ETOOMANYREQUESTS.",
+        min=0,
+        unit="ms",
+    )
+
+    def validate(self) -> None:
+        if self.disk_usage_lwm_threshold > self.disk_usage_threshold:
+            raise ConfigError(
+                "diskUsageLwmThreshold",
+                f"must not exceed diskUsageThreshold ({self.disk_usage_threshold})",
+            )
+        if len(set(self.journal_directories)) != len(self.journal_directories):
+            raise ConfigError("journalDirectories", "lists a directory twice")
+        if len(set(self.ledger_directories)) != len(self.ledger_directories):
+            raise ConfigError("ledgerDirectories", "lists a directory twice")
+
+    # -- derived values ------------------------------------------------------
+    @property
+    def write_cache_bytes(self) -> int:
+        mb = self.db_storage_write_cache_max_size_mb or min(2048, _physical_memory_mb() // 4)
+        return mb * 1024 * 1024
+
+    @property
+    def read_cache_bytes(self) -> int:
+        mb = self.db_storage_read_ahead_cache_max_size_mb or min(2048, _physical_memory_mb() // 4)
+        return mb * 1024 * 1024
+
+    def resolved_bookie_id(self) -> str:
+        if self.bookie_id:
+            return self.bookie_id
+        return f"{self.resolved_address()}:{self.bookie_port}"
+
+    def resolved_address(self) -> str:
+        if self.advertised_address:
+            return self.advertised_address
+        import socket
+
+        try:
+            return socket.gethostbyname(socket.gethostname())
+        except OSError:
+            return "127.0.0.1"

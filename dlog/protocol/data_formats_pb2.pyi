@@ -1,0 +1,182 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class LedgerMetadataFormat(_message.Message):
+    __slots__ = ("quorumSize", "ensembleSize", "length", "lastEntryId", "state", "segment", "digestType", "password", "ackQuorumSize", "ctime", "customMetadata", "cToken", "createContext", "closeContext", "sealTime")
+    class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        OPEN: _ClassVar[LedgerMetadataFormat.State]
+        IN_RECOVERY: _ClassVar[LedgerMetadataFormat.State]
+        CLOSED: _ClassVar[LedgerMetadataFormat.State]
+    OPEN: LedgerMetadataFormat.State
+    IN_RECOVERY: LedgerMetadataFormat.State
+    CLOSED: LedgerMetadataFormat.State
+    class DigestType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        CRC32: _ClassVar[LedgerMetadataFormat.DigestType]
+        HMAC: _ClassVar[LedgerMetadataFormat.DigestType]
+        CRC32C: _ClassVar[LedgerMetadataFormat.DigestType]
+        DUMMY: _ClassVar[LedgerMetadataFormat.DigestType]
+    CRC32: LedgerMetadataFormat.DigestType
+    HMAC: LedgerMetadataFormat.DigestType
+    CRC32C: LedgerMetadataFormat.DigestType
+    DUMMY: LedgerMetadataFormat.DigestType
+    class Segment(_message.Message):
+        __slots__ = ("ensembleMember", "firstEntryId")
+        ENSEMBLEMEMBER_FIELD_NUMBER: _ClassVar[int]
+        FIRSTENTRYID_FIELD_NUMBER: _ClassVar[int]
+        ensembleMember: _containers.RepeatedScalarFieldContainer[str]
+        firstEntryId: int
+        def __init__(self, ensembleMember: _Optional[_Iterable[str]] = ..., firstEntryId: _Optional[int] = ...) -> None: ...
+    class cMetadataMapEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+    QUORUMSIZE_FIELD_NUMBER: _ClassVar[int]
+    ENSEMBLESIZE_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    LASTENTRYID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    DIGESTTYPE_FIELD_NUMBER: _ClassVar[int]
+    PASSWORD_FIELD_NUMBER: _ClassVar[int]
+    ACKQUORUMSIZE_FIELD_NUMBER: _ClassVar[int]
+    CTIME_FIELD_NUMBER: _ClassVar[int]
+    CUSTOMMETADATA_FIELD_NUMBER: _ClassVar[int]
+    CTOKEN_FIELD_NUMBER: _ClassVar[int]
+    CREATECONTEXT_FIELD_NUMBER: _ClassVar[int]
+    CLOSECONTEXT_FIELD_NUMBER: _ClassVar[int]
+    SEALTIME_FIELD_NUMBER: _ClassVar[int]
+    quorumSize: int
+    ensembleSize: int
+    length: int
+    lastEntryId: int
+    state: LedgerMetadataFormat.State
+    segment: _containers.RepeatedCompositeFieldContainer[LedgerMetadataFormat.Segment]
+    digestType: LedgerMetadataFormat.DigestType
+    password: bytes
+    ackQuorumSize: int
+    ctime: int
+    customMetadata: _containers.RepeatedCompositeFieldContainer[LedgerMetadataFormat.cMetadataMapEntry]
+    cToken: int
+    createContext: LedgerCreateContextFormat
+    closeContext: LedgerCloseContextFormat
+    sealTime: int
+    def __init__(self, quorumSize: _Optional[int] = ..., ensembleSize: _Optional[int] = ..., length: _Optional[int] = ..., lastEntryId: _Optional[int] = ..., state: _Optional[_Union[LedgerMetadataFormat.State, str]] = ..., segment: _Optional[_Iterable[_Union[LedgerMetadataFormat.Segment, _Mapping]]] = ..., digestType: _Optional[_Union[LedgerMetadataFormat.DigestType, str]] = ..., password: _Optional[bytes] = ..., ackQuorumSize: _Optional[int] = ..., ctime: _Optional[int] = ..., customMetadata: _Optional[_Iterable[_Union[LedgerMetadataFormat.cMetadataMapEntry, _Mapping]]] = ..., cToken: _Optional[int] = ..., createContext: _Optional[_Union[LedgerCreateContextFormat, _Mapping]] = ..., closeContext: _Optional[_Union[LedgerCloseContextFormat, _Mapping]] = ..., sealTime: _Optional[int] = ...) -> None: ...
+
+class LedgerOwnerFormat(_message.Message):
+    __slots__ = ("enterprise", "system", "service", "instance")
+    ENTERPRISE_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    enterprise: str
+    system: str
+    service: str
+    instance: str
+    def __init__(self, enterprise: _Optional[str] = ..., system: _Optional[str] = ..., service: _Optional[str] = ..., instance: _Optional[str] = ...) -> None: ...
+
+class LedgerCreateContextFormat(_message.Message):
+    __slots__ = ("createdBy", "createdOnBehalfOf", "partOfDataSet", "expectedMaxOpenDurationMs", "expectedMaxEntries", "expectedMaxLength", "expectedAverageEntrySize", "expectedEntrySizeStdDev", "expectedAverageEntryAddRatePerSecond", "expectedMaximumEntryAddRatePerSecond", "followsLedger", "childOfLedger")
+    CREATEDBY_FIELD_NUMBER: _ClassVar[int]
+    CREATEDONBEHALFOF_FIELD_NUMBER: _ClassVar[int]
+    PARTOFDATASET_FIELD_NUMBER: _ClassVar[int]
+    EXPECTEDMAXOPENDURATIONMS_FIELD_NUMBER: _ClassVar[int]
+    EXPECTEDMAXENTRIES_FIELD_NUMBER: _ClassVar[int]
+    EXPECTEDMAXLENGTH_FIELD_NUMBER: _ClassVar[int]
+    EXPECTEDAVERAGEENTRYSIZE_FIELD_NUMBER: _ClassVar[int]
+    EXPECTEDENTRYSIZESTDDEV_FIELD_NUMBER: _ClassVar[int]
+    EXPECTEDAVERAGEENTRYADDRATEPERSECOND_FIELD_NUMBER: _ClassVar[int]
+    EXPECTEDMAXIMUMENTRYADDRATEPERSECOND_FIELD_NUMBER: _ClassVar[int]
+    FOLLOWSLEDGER_FIELD_NUMBER: _ClassVar[int]
+    CHILDOFLEDGER_FIELD_NUMBER: _ClassVar[int]
+    createdBy: LedgerOwnerFormat
+    createdOnBehalfOf: LedgerOwnerFormat
+    partOfDataSet: str
+    expectedMaxOpenDurationMs: int
+    expectedMaxEntries: int
+    expectedMaxLength: int
+    expectedAverageEntrySize: int
+    expectedEntrySizeStdDev: float
+    expectedAverageEntryAddRatePerSecond: int
+    expectedMaximumEntryAddRatePerSecond: int
+    followsLedger: int
+    childOfLedger: int
+    def __init__(self, createdBy: _Optional[_Union[LedgerOwnerFormat, _Mapping]] = ..., createdOnBehalfOf: _Optional[_Union[LedgerOwnerFormat, _Mapping]] = ..., partOfDataSet: _Optional[str] = ..., expectedMaxOpenDurationMs: _Optional[int] = ..., expectedMaxEntries: _Optional[int] = ..., expectedMaxLength: _Optional[int] = ..., expectedAverageEntrySize: _Optional[int] = ..., expectedEntrySizeStdDev: _Optional[float] = ..., expectedAverageEntryAddRatePerSecond: _Optional[int] = ..., expectedMaximumEntryAddRatePerSecond: _Optional[int] = ..., followsLedger: _Optional[int] = ..., childOfLedger: _Optional[int] = ...) -> None: ...
+
+class LedgerCloseContextFormat(_message.Message):
+    __slots__ = ("reason", "abnormalMessage", "expectDeleteAfter", "expectReadsUntil")
+    class Reason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        CLIENT_SHUTDOWN: _ClassVar[LedgerCloseContextFormat.Reason]
+        MAX_LENGTH_REACHED: _ClassVar[LedgerCloseContextFormat.Reason]
+        MAX_ENTRY_COUNT_REACHED: _ClassVar[LedgerCloseContextFormat.Reason]
+        NO_MORE_DATA: _ClassVar[LedgerCloseContextFormat.Reason]
+        INACTIVE: _ClassVar[LedgerCloseContextFormat.Reason]
+        TIME_ROTATION: _ClassVar[LedgerCloseContextFormat.Reason]
+        ABNORMAL: _ClassVar[LedgerCloseContextFormat.Reason]
+    CLIENT_SHUTDOWN: LedgerCloseContextFormat.Reason
+    MAX_LENGTH_REACHED: LedgerCloseContextFormat.Reason
+    MAX_ENTRY_COUNT_REACHED: LedgerCloseContextFormat.Reason
+    NO_MORE_DATA: LedgerCloseContextFormat.Reason
+    INACTIVE: LedgerCloseContextFormat.Reason
+    TIME_ROTATION: LedgerCloseContextFormat.Reason
+    ABNORMAL: LedgerCloseContextFormat.Reason
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ABNORMALMESSAGE_FIELD_NUMBER: _ClassVar[int]
+    EXPECTDELETEAFTER_FIELD_NUMBER: _ClassVar[int]
+    EXPECTREADSUNTIL_FIELD_NUMBER: _ClassVar[int]
+    reason: LedgerCloseContextFormat.Reason
+    abnormalMessage: str
+    expectDeleteAfter: int
+    expectReadsUntil: int
+    def __init__(self, reason: _Optional[_Union[LedgerCloseContextFormat.Reason, str]] = ..., abnormalMessage: _Optional[str] = ..., expectDeleteAfter: _Optional[int] = ..., expectReadsUntil: _Optional[int] = ...) -> None: ...
+
+class LedgerRereplicationLayoutFormat(_message.Message):
+    __slots__ = ("type", "version")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    version: int
+    def __init__(self, type: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+
+class UnderreplicatedLedgerFormat(_message.Message):
+    __slots__ = ("replica",)
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    replica: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, replica: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CookieFormat(_message.Message):
+    __slots__ = ("bookieHost", "journalDir", "ledgerDirs", "instanceId", "indexDirs")
+    BOOKIEHOST_FIELD_NUMBER: _ClassVar[int]
+    JOURNALDIR_FIELD_NUMBER: _ClassVar[int]
+    LEDGERDIRS_FIELD_NUMBER: _ClassVar[int]
+    INSTANCEID_FIELD_NUMBER: _ClassVar[int]
+    INDEXDIRS_FIELD_NUMBER: _ClassVar[int]
+    bookieHost: str
+    journalDir: str
+    ledgerDirs: str
+    instanceId: str
+    indexDirs: str
+    def __init__(self, bookieHost: _Optional[str] = ..., journalDir: _Optional[str] = ..., ledgerDirs: _Optional[str] = ..., instanceId: _Optional[str] = ..., indexDirs: _Optional[str] = ...) -> None: ...
+
+class LockDataFormat(_message.Message):
+    __slots__ = ("bookieId",)
+    BOOKIEID_FIELD_NUMBER: _ClassVar[int]
+    bookieId: str
+    def __init__(self, bookieId: _Optional[str] = ...) -> None: ...
+
+class AuditorVoteFormat(_message.Message):
+    __slots__ = ("bookieId",)
+    BOOKIEID_FIELD_NUMBER: _ClassVar[int]
+    bookieId: str
+    def __init__(self, bookieId: _Optional[str] = ...) -> None: ...

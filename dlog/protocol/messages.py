@@ -1,0 +1,260 @@
+"""Builders and checks for BookKeeper v3 messages.
+
+The bookie and the client both build messages here; the logic that decides
+what to send lives elsewhere.
+"""
+
+from __future__ import annotations
+
+from dlog.protocol import bookkeeper_pb2 as pb
+
+VERSION_THREE = pb.VERSION_THREE
+
+# Operation types.
+READ_ENTRY = pb.READ_ENTRY
+ADD_ENTRY = pb.ADD_ENTRY
+AUTH = pb.AUTH
+WRITE_LAC = pb.WRITE_LAC
+READ_LAC = pb.READ_LAC
+GET_BOOKIE_INFO = pb.GET_BOOKIE_INFO
+START_TLS = pb.START_TLS
+FORCE_LEDGER = pb.FORCE_LEDGER
+GET_LIST_OF_ENTRIES_OF_LEDGER = pb.GET_LIST_OF_ENTRIES_OF_LEDGER
+WRITE_CLOSE = pb.WRITE_CLOSE
+
+# Flags.
+FENCE_LEDGER = pb.ReadRequest.FENCE_LEDGER
+ENTRY_PIGGYBACK = pb.ReadRequest.ENTRY_PIGGYBACK
+RECOVERY_ADD = pb.AddRequest.RECOVERY_ADD
+TOTAL_DISK_CAPACITY = pb.GetBookieInfoRequest.TOTAL_DISK_CAPACITY
+FREE_DISK_SPACE = pb.GetBookieInfoRequest.FREE_DISK_SPACE
+
+#: entryId that asks a bookie for the last entry it has of a ledger.
+LAST_ADD_CONFIRMED = -1
+
+Request = pb.Request
+Response = pb.Response
+
+# Operation -> (request field, response field).
+OP_FIELDS: dict[int, tuple[str, str]] = {
+    READ_ENTRY: ("readRequest", "readResponse"),
+    ADD_ENTRY: ("addRequest", "addResponse"),
+    AUTH: ("authRequest", "authResponse"),
+    WRITE_LAC: ("writeLacRequest", "writeLacResponse"),
+    READ_LAC: ("readLacRequest", "readLacResponse"),
+    GET_BOOKIE_INFO: ("getBookieInfoRequest", "getBookieInfoResponse"),
+    START_TLS: ("startTLSRequest", "startTLSResponse"),
+    FORCE_LEDGER: ("forceLedgerRequest", "forceLedgerResponse"),
+    GET_LIST_OF_ENTRIES_OF_LEDGER: (
+        "getListOfEntriesOfLedgerRequest",
+        "getListOfEntriesOfLedgerResponse",
+    ),
+    WRITE_CLOSE: ("writeCloseRequest", "writeCloseResponse"),
+}
+
+OP_NAMES = {v: k for k, v in pb.OperationType.items()}
+
+
+def _header(operation: int, txn_id: int) -> pb.BKPacketHeader:
+    return pb.BKPacketHeader(version=VERSION_THREE, operation=operation, txnId=txn_id)
+
+
+def request_problem(req: pb.Request) -> str | None:
+    """Why ``req`` cannot be served (missing required fields or body), or None."""
+    if not req.HasField("header"):
+        return "request has no header"
+    errors = req.FindInitializationErrors()
+    if errors:
+        return "missing required fields: " + ", ".join(errors)
+    fields = OP_FIELDS.get(req.header.operation)
+    if fields is not None and not req.HasField(fields[0]):
+        return (
+            f"{OP_NAMES.get(req.header.operation, req.header.operation)} request has no {fields[0]}"
+        )
+    return None
+
+
+def error_response(req: pb.Request, status: int) -> pb.Response:
+    """A complete Response carrying ``status`` for any (even partial) request."""
+    header = req.header
+    op = header.operation if header.HasField("operation") else READ_ENTRY
+    resp = pb.Response(header=_header(op, header.txnId), status=status)
+    fields = OP_FIELDS.get(op)
+    if fields is None:
+        return resp
+    sub_req = getattr(req, fields[0])
+    sub = getattr(resp, fields[1])
+    descriptor = sub.DESCRIPTOR.fields_by_name
+    if "status" in descriptor:
+        sub.status = status
+    if "ledgerId" in descriptor:
+        sub.ledgerId = getattr(sub_req, "ledgerId", 0)
+    if "entryId" in descriptor:
+        sub.entryId = getattr(sub_req, "entryId", 0)
+    if op in (START_TLS, AUTH):
+        resp.ClearField(fields[1])
+    return resp
+
+
+# ---------------------------------------------------------------------------
+# Responses (bookie side)
+# ---------------------------------------------------------------------------
+
+
+def add_response(txn_id: int, status: int, ledger_id: int, entry_id: int) -> pb.Response:
+    return pb.Response(
+        header=_header(ADD_ENTRY, txn_id),
+        status=status,
+        addResponse=pb.AddResponse(status=status, ledgerId=ledger_id, entryId=entry_id),
+    )
+
+
+def read_response(
+    txn_id: int,
+    status: int,
+    ledger_id: int,
+    entry_id: int,
+    body: bytes | None = None,
+    max_lac: int | None = None,
+) -> pb.Response:
+    rr = pb.ReadResponse(status=status, ledgerId=ledger_id, entryId=entry_id)
+    if body is not None:
+        rr.body = body
+    if max_lac is not None:
+        rr.maxLAC = max_lac
+    return pb.Response(header=_header(READ_ENTRY, txn_id), status=status, readResponse=rr)
+
+
+def write_lac_response(txn_id: int, status: int, ledger_id: int) -> pb.Response:
+    return pb.Response(
+        header=_header(WRITE_LAC, txn_id),
+        status=status,
+        writeLacResponse=pb.WriteLacResponse(status=status, ledgerId=ledger_id),
+    )
+
+
+def read_lac_response(
+    txn_id: int, status: int, ledger_id: int, lac_body: bytes | None, last_entry: bytes | None
+) -> pb.Response:
+    r = pb.ReadLacResponse(status=status, ledgerId=ledger_id)
+    if lac_body is not None:
+        r.lacBody = lac_body
+    if last_entry is not None:
+        r.lastEntryBody = last_entry
+    return pb.Response(header=_header(READ_LAC, txn_id), status=status, readLacResponse=r)
+
+
+def force_ledger_response(txn_id: int, status: int, ledger_id: int) -> pb.Response:
+    return pb.Response(
+        header=_header(FORCE_LEDGER, txn_id),
+        status=status,
+        forceLedgerResponse=pb.ForceLedgerResponse(status=status, ledgerId=ledger_id),
+    )
+
+
+def write_close_response(txn_id: int, status: int, ledger_id: int) -> pb.Response:
+    return pb.Response(
+        header=_header(WRITE_CLOSE, txn_id),
+        status=status,
+        writeCloseResponse=pb.WriteCloseResponse(status=status, ledgerId=ledger_id),
+    )
+
+
+def bookie_info_response(
+    txn_id: int, status: int, total: int | None, free: int | None
+) -> pb.Response:
+    r = pb.GetBookieInfoResponse(status=status)
+    if total is not None:
+        r.totalDiskCapacity = total
+    if free is not None:
+        r.freeDiskSpace = free
+    return pb.Response(
+        header=_header(GET_BOOKIE_INFO, txn_id), status=status, getBookieInfoResponse=r
+    )
+
+
+# ---------------------------------------------------------------------------
+# Requests (client side)
+# ---------------------------------------------------------------------------
+
+
+def add_request(
+    txn_id: int,
+    ledger_id: int,
+    entry_id: int,
+    master_key: bytes,
+    body: bytes,
+    recovery: bool = False,
+    write_flags: int = 0,
+) -> pb.Request:
+    ar = pb.AddRequest(ledgerId=ledger_id, entryId=entry_id, masterKey=master_key, body=body)
+    if recovery:
+        ar.flag = RECOVERY_ADD
+    if write_flags:
+        ar.writeFlags = write_flags
+    return pb.Request(header=_header(ADD_ENTRY, txn_id), addRequest=ar)
+
+
+def read_request(
+    txn_id: int,
+    ledger_id: int,
+    entry_id: int,
+    *,
+    fence: bool = False,
+    master_key: bytes | None = None,
+    previous_lac: int | None = None,
+    timeout_ms: int | None = None,
+    piggyback: bool = False,
+) -> pb.Request:
+    rr = pb.ReadRequest(ledgerId=ledger_id, entryId=entry_id)
+    if fence:
+        rr.flag = FENCE_LEDGER
+    elif piggyback:
+        rr.flag = ENTRY_PIGGYBACK
+    if master_key is not None:
+        rr.masterKey = master_key
+    if previous_lac is not None:
+        rr.previousLAC = previous_lac
+    if timeout_ms is not None:
+        rr.timeOut = timeout_ms
+    return pb.Request(header=_header(READ_ENTRY, txn_id), readRequest=rr)
+
+
+def write_lac_request(
+    txn_id: int, ledger_id: int, lac: int, master_key: bytes, body: bytes
+) -> pb.Request:
+    return pb.Request(
+        header=_header(WRITE_LAC, txn_id),
+        writeLacRequest=pb.WriteLacRequest(
+            ledgerId=ledger_id, lac=lac, masterKey=master_key, body=body
+        ),
+    )
+
+
+def read_lac_request(txn_id: int, ledger_id: int) -> pb.Request:
+    return pb.Request(
+        header=_header(READ_LAC, txn_id), readLacRequest=pb.ReadLacRequest(ledgerId=ledger_id)
+    )
+
+
+def force_ledger_request(txn_id: int, ledger_id: int) -> pb.Request:
+    return pb.Request(
+        header=_header(FORCE_LEDGER, txn_id),
+        forceLedgerRequest=pb.ForceLedgerRequest(ledgerId=ledger_id),
+    )
+
+
+def write_close_request(txn_id: int, ledger_id: int, master_key: bytes) -> pb.Request:
+    return pb.Request(
+        header=_header(WRITE_CLOSE, txn_id),
+        writeCloseRequest=pb.WriteCloseRequest(ledgerId=ledger_id, masterKey=master_key),
+    )
+
+
+def bookie_info_request(
+    txn_id: int, requested: int = TOTAL_DISK_CAPACITY | FREE_DISK_SPACE
+) -> pb.Request:
+    return pb.Request(
+        header=_header(GET_BOOKIE_INFO, txn_id),
+        getBookieInfoRequest=pb.GetBookieInfoRequest(requested=requested),
+    )
