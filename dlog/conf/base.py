@@ -184,6 +184,14 @@ class Config:
         return [f for f in dataclasses.fields(cls) if f.metadata]
 
     @classmethod
+    def _types(cls) -> dict[str, Any]:
+        cached = cls.__dict__.get("_resolved_types")
+        if cached is None:
+            cached = typing.get_type_hints(cls)
+            cls._resolved_types = cached  # type: ignore[attr-defined]
+        return cached
+
+    @classmethod
     def keys(cls) -> list[str]:
         """Every key this config accepts, nested ones with their prefix."""
         out: list[str] = []
@@ -226,7 +234,7 @@ class Config:
         for key, raw in values.items():
             f = by_key.get(key)
             if f is not None:
-                value = _convert(f.metadata["key"], f.type, raw)
+                value = _convert(f.metadata["key"], cls._types()[f.name], raw)
                 _validate(f.metadata["key"], f.metadata, value)
                 kwargs[f.name] = value
                 continue

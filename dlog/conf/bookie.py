@@ -38,7 +38,7 @@ class BookieConfig(Config):
 
     # -- server ------------------------------------------------------------
     bookie_port: int = setting(
-        "bookiePort", 3181, "TCP port the bookie listens on.", min=0, max=65535
+        "bookiePort", 3181, "TCP port the bookie listens on.", min=1, max=65535
     )
     advertised_address: str = setting(
         "advertisedAddress",

@@ -1,0 +1,3 @@
+from dlog.cli import main
+
+main()

@@ -1,0 +1,545 @@
+"""The bookie: ledger operations over the journal and ledger storage.
+
+Operations here speak in ledger ids, entry ids and bytes, never in wire
+messages (that is :mod:`dlog.bookie.request_processor`). Everything runs on
+the event loop except disk reads (a thread pool), the journal's writes and
+fsyncs (the journal thread) and storage flushes (the storage thread).
+
+Ordering that durability rests on:
+
+* an add goes to the write cache, then to the journal, and is acknowledged
+  after the fsync that covers its journal record;
+* a fence is recorded in the ledger index and journaled, and the fence
+  read is answered only after that record is durable;
+* a checkpoint takes the journal's synced mark *before* flushing storage,
+  so everything before the mark is in the entry logs when the mark is
+  persisted, and replay starts from it after a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from dlog.bookie import journal_format as jf
+from dlog.bookie.checkpoint import Checkpointer, read_marks
+from dlog.bookie.cookie import Cookie, verify_or_create
+from dlog.bookie.disk import DiskMonitor
+from dlog.bookie.journal import Journal
+from dlog.bookie.ledger_storage import DbLedgerStorage
+from dlog.bookie.metrics import BookieMetrics
+from dlog.bookie.registration import BookieRegistration, init_cluster
+from dlog.conf.bookie import BookieConfig
+from dlog.errors import (
+    EBADREQ,
+    EFENCED,
+    EIO,
+    ENOENTRY,
+    ENOLEDGER,
+    EOK,
+    EREADONLY,
+    ETOOMANYREQUESTS,
+    EUA,
+    CorruptedFileError,
+    NoSuchEntryError,
+)
+from dlog.uri import parse_metadata_service_uri
+from dlog.zk import ZooKeeper
+
+log = logging.getLogger(__name__)
+
+Respond = Callable[[int], None]
+_IDS = struct.Struct(">qq")
+_LAC = struct.Struct(">q")
+MAX_LONG_POLL_SECONDS = 60.0
+
+
+class LedgerState:
+    """What the bookie keeps in memory about a ledger it has seen."""
+
+    __slots__ = ("ledger_id", "master_key", "fenced", "fencing", "lac", "lac_loaded", "waiters")
+
+    def __init__(self, ledger_id: int, master_key: bytes, fenced: bool) -> None:
+        self.ledger_id = ledger_id
+        self.master_key = master_key
+        self.fenced = fenced
+        self.fencing: asyncio.Future[int] | None = None
+        self.lac = -1
+        self.lac_loaded = False
+        self.waiters: list[asyncio.Future[None]] = []
+
+    def advance_lac(self, lac: int) -> None:
+        if lac > self.lac:
+            self.lac = lac
+            if self.waiters:
+                waiters, self.waiters = self.waiters, []
+                for w in waiters:
+                    if not w.done():
+                        w.set_result(None)
+
+
+class Bookie:
+    """A running bookie: storage, journal, registration and its server."""
+
+    def __init__(self, conf: BookieConfig, *, metrics: BookieMetrics | None = None) -> None:
+        self.conf = conf
+        self.bookie_id = conf.resolved_bookie_id()
+        self.metrics = metrics or BookieMetrics()
+        self.journal_dirs = [Path(d) / "current" for d in conf.journal_directories]
+        self.ledger_dirs = [Path(d) / "current" for d in conf.ledger_directories]
+        self.uri = parse_metadata_service_uri(conf.metadata_service_uri)
+        self.read_only = False
+        self._read_only_reasons: set[str] = set()
+        self._ledgers: dict[int, LedgerState] = {}
+        self.zk: ZooKeeper | None = None
+        self.registration: BookieRegistration | None = None
+        self.storage: DbLedgerStorage | None = None
+        self.journals: list[Journal] = []
+        self.checkpointer: Checkpointer | None = None
+        self.disk: DiskMonitor | None = None
+        self.read_pool: ThreadPoolExecutor | None = None
+        self.server = None
+        self._pressure_listeners: list[Callable[[bool], None]] = []
+        self._under_pressure = False
+        self._tasks: set[asyncio.Task[object]] = set()
+        self._stopped = asyncio.Event()
+        self.replayed_records = 0
+        self.instance_id: str | None = None
+
+    # ------------------------------------------------------------------
+    # lifecycle
+    # ------------------------------------------------------------------
+    async def start(self) -> None:
+        from dlog.bookie.server import BookieServer
+
+        for d in self.journal_dirs + self.ledger_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        self.zk = ZooKeeper(self.uri.hosts, timeout=self.conf.zk_timeout / 1000.0)
+        await self.zk.start()
+        self.instance_id = await init_cluster(self.zk, self.uri.ledgers_root)
+        cookie = Cookie.for_bookie(
+            self.bookie_id,
+            self.conf.journal_directories,
+            self.conf.ledger_directories,
+            self.instance_id,
+        )
+        await verify_or_create(
+            self.zk, self.uri.ledgers_root, cookie, self.journal_dirs + self.ledger_dirs
+        )
+
+        loop = asyncio.get_running_loop()
+        self.storage = await loop.run_in_executor(
+            None, DbLedgerStorage, self.conf, self.ledger_dirs
+        )
+        self.journals = [
+            Journal(
+                d, self.conf, on_error=self._journal_failed, observe_latency=self._journal_synced
+            )
+            for d in self.journal_dirs
+        ]
+        marks = read_marks(self.ledger_dirs, len(self.journals))
+        for journal, mark in zip(self.journals, marks, strict=True):
+            await self._replay(journal, mark)
+        for journal in self.journals:
+            journal.start()
+
+        self.read_pool = ThreadPoolExecutor(
+            self.conf.num_read_worker_threads, thread_name_prefix="bookie-read"
+        )
+        self.checkpointer = Checkpointer(
+            self.journals, self.storage, self.ledger_dirs, self.conf.flush_interval
+        )
+        self.checkpointer.start()
+        self.disk = DiskMonitor(
+            self.journal_dirs + self.ledger_dirs,
+            threshold=self.conf.disk_usage_threshold,
+            lwm_threshold=self.conf.disk_usage_lwm_threshold,
+            interval_ms=self.conf.disk_check_interval,
+            on_change=self._disk_changed,
+        )
+        self.disk.check()
+        self.disk.start()
+
+        self.server = BookieServer(self)
+        await self.server.start()
+        self.registration = BookieRegistration(
+            self.zk,
+            self.uri.ledgers_root,
+            self.bookie_id,
+            session_timeout=self.conf.zk_timeout / 1000.0,
+        )
+        await self.registration.register(self.read_only)
+        log.info(
+            "bookie %s serving on port %d (%s)",
+            self.bookie_id,
+            self.server.port,
+            "read-only" if self.read_only else "writable",
+        )
+
+    async def stop(self) -> None:
+        """Graceful shutdown: unregister, stop serving, checkpoint, close."""
+        if self.registration is not None:
+            with contextlib.suppress(Exception):
+                await self.registration.unregister()
+        if self.server is not None:
+            await self.server.stop()
+        if self.disk is not None:
+            await self.disk.stop()
+        if self.checkpointer is not None:
+            await self.checkpointer.stop()
+        for journal in self.journals:
+            if journal.failed is None:
+                await journal.wait_synced()
+        if self.checkpointer is not None and self.storage is not None:
+            try:
+                await self.checkpointer.checkpoint()
+            except Exception as e:
+                log.error("final checkpoint failed: %s (the journal will be replayed)", e)
+        for journal in self.journals:
+            await journal.close()
+        if self.storage is not None:
+            await self.storage.close()
+        if self.read_pool is not None:
+            self.read_pool.shutdown(wait=True, cancel_futures=True)
+        for task in list(self._tasks):
+            task.cancel()
+        if self.zk is not None:
+            await self.zk.stop()
+        self._stopped.set()
+        log.info("bookie %s stopped", self.bookie_id)
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    async def _replay(self, journal: Journal, mark: jf.LogMark) -> None:
+        storage = self.storage
+        assert storage is not None
+        count = 0
+        for record in journal.replay_records(mark):
+            lid, eid = jf.parse_ids(record)
+            if eid == jf.METAENTRY_ID_LEDGER_KEY:
+                storage.set_master_key(lid, jf.parse_meta_payload(record))
+            elif eid == jf.METAENTRY_ID_FENCE_KEY:
+                storage.set_fenced(lid)
+            elif eid == jf.METAENTRY_ID_LEDGER_EXPLICITLAC:
+                storage.set_explicit_lac(lid, jf.parse_meta_payload(record))
+            elif eid >= 0:
+                if storage.ledger_info(lid) is None:
+                    log.warning(
+                        "journal holds entry %d of ledger %d without its key; skipped", eid, lid
+                    )
+                    continue
+                if not storage.try_add(lid, eid, record):
+                    await storage.add_wait(lid, eid, record)
+            count += 1
+        self.replayed_records += count
+
+    def _spawn(self, coro: object) -> None:
+        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ------------------------------------------------------------------
+    # state
+    # ------------------------------------------------------------------
+    def journal_for(self, ledger_id: int) -> Journal:
+        return self.journals[ledger_id % len(self.journals)]
+
+    def _state(self, ledger_id: int) -> LedgerState | None:
+        st = self._ledgers.get(ledger_id)
+        if st is not None:
+            return st
+        info = self.storage.ledger_info(ledger_id)  # type: ignore[union-attr]
+        if info is None:
+            return None
+        st = self._ledgers[ledger_id] = LedgerState(ledger_id, info.master_key, info.fenced)
+        return st
+
+    def _state_or_create(self, ledger_id: int, master_key: bytes) -> LedgerState:
+        st = self._state(ledger_id)
+        if st is None:
+            self.storage.set_master_key(ledger_id, master_key)  # type: ignore[union-attr]
+            self.journal_for(ledger_id).log(jf.ledger_key_record(ledger_id, master_key))
+            st = self._ledgers[ledger_id] = LedgerState(ledger_id, master_key, False)
+            st.lac_loaded = True
+        return st
+
+    async def _load_lac(self, st: LedgerState) -> None:
+        """After a restart, learn the LAC from the last stored entry."""
+        if st.lac_loaded:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            last = await loop.run_in_executor(
+                self.read_pool, self.storage.get_entry, st.ledger_id, -1
+            )  # type: ignore[union-attr]
+            if len(last) >= 24:
+                st.advance_lac(_LAC.unpack_from(last, 16)[0])
+        except NoSuchEntryError:
+            pass
+        info = self.storage.ledger_info(st.ledger_id)  # type: ignore[union-attr]
+        if info is not None and info.explicit_lac is not None and len(info.explicit_lac) >= 16:
+            st.advance_lac(_LAC.unpack_from(info.explicit_lac, 8)[0])
+        st.lac_loaded = True
+
+    # ------------------------------------------------------------------
+    # operations
+    # ------------------------------------------------------------------
+    def add_entry(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        body: bytes,
+        recovery: bool,
+        respond: Respond,
+    ) -> None:
+        """Store an entry; ``respond(status)`` once it is durable (or refused)."""
+        if self.read_only:
+            respond(EREADONLY)
+            return
+        if entry_id < 0 or len(body) < 24 or body[:16] != _IDS.pack(ledger_id, entry_id):
+            respond(EBADREQ)
+            return
+        st = self._state_or_create(ledger_id, master_key)
+        if st.master_key != master_key:
+            respond(EUA)
+            return
+        if st.fenced and not recovery:
+            respond(EFENCED)
+            return
+        if self.storage.try_add(ledger_id, entry_id, body):  # type: ignore[union-attr]
+            st.advance_lac(_LAC.unpack_from(body, 16)[0])
+            self.journal_for(ledger_id).log(body, respond)
+        else:
+            self.metrics.throttled_adds.inc()
+            self._spawn(self._add_throttled(st, ledger_id, entry_id, body, recovery, respond))
+
+    async def _add_throttled(
+        self,
+        st: LedgerState,
+        ledger_id: int,
+        entry_id: int,
+        body: bytes,
+        recovery: bool,
+        respond: Respond,
+    ) -> None:
+        if not await self.storage.add_wait(ledger_id, entry_id, body):  # type: ignore[union-attr]
+            respond(ETOOMANYREQUESTS)
+            return
+        if st.fenced and not recovery:
+            respond(EFENCED)
+            return
+        st.advance_lac(_LAC.unpack_from(body, 16)[0])
+        self.journal_for(ledger_id).log(body, respond)
+
+    async def fence(self, ledger_id: int, master_key: bytes) -> int:
+        """Fence a ledger durably (creating it if this bookie never saw it,
+        so a late add from the old writer is still refused)."""
+        st = self._state_or_create(ledger_id, master_key)
+        if st.master_key != master_key:
+            return EUA
+        if st.fencing is not None:
+            return await asyncio.shield(st.fencing)
+        if st.fenced:
+            return EOK
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[int] = loop.create_future()
+        st.fencing = fut
+        st.fenced = True
+        self.storage.set_fenced(ledger_id)  # type: ignore[union-attr]
+
+        def done(status: int) -> None:
+            if not fut.done():
+                fut.set_result(status)
+
+        self.journal_for(ledger_id).log(jf.fence_record(ledger_id), done)
+        status = await fut
+        st.fencing = None
+        # BP-32: a fence means the writer is gone; the ledger is write-closed.
+        self.storage.write_close(ledger_id)  # type: ignore[union-attr]
+        return EOK if status == EOK else EIO
+
+    def cached_read(
+        self, ledger_id: int, entry_id: int
+    ) -> tuple[int, bytes | None, int | None] | None:
+        """A read answered from memory, or None when it needs the disk."""
+        st = self._state(ledger_id)
+        if st is None:
+            return ENOLEDGER, None, None
+        if entry_id < 0:
+            return None
+        body = self.storage.cached_entry(ledger_id, entry_id)  # type: ignore[union-attr]
+        if body is None:
+            return None
+        return EOK, body, st.lac if st.lac_loaded else None
+
+    async def read_entry(
+        self, ledger_id: int, entry_id: int, *, fence: bool = False, master_key: bytes | None = None
+    ) -> tuple[int, bytes | None, int | None]:
+        """(status, entry, bookie's LAC) for a read; entry -1 is the last entry."""
+        if fence:
+            if master_key is None:
+                return EBADREQ, None, None
+            status = await self.fence(ledger_id, master_key)
+            if status != EOK:
+                return status, None, None
+        st = self._state(ledger_id)
+        if st is None:
+            return ENOLEDGER, None, None
+        loop = asyncio.get_running_loop()
+        body = self.storage.cached_entry(ledger_id, entry_id) if entry_id >= 0 else None  # type: ignore[union-attr]
+        if body is None:
+            try:
+                body = await loop.run_in_executor(
+                    self.read_pool, self.storage.get_entry, ledger_id, entry_id
+                )  # type: ignore[union-attr]
+            except NoSuchEntryError:
+                return ENOENTRY, None, st.lac if st.lac_loaded else None
+            except (CorruptedFileError, OSError) as e:
+                log.error("read of ledger %d entry %d failed: %s", ledger_id, entry_id, e)
+                return EIO, None, None
+        return EOK, body, st.lac if st.lac_loaded else None
+
+    async def wait_for_lac(
+        self, ledger_id: int, previous_lac: int, timeout_ms: int
+    ) -> tuple[int, int]:
+        """Long poll: return (status, lac) once the LAC passes ``previous_lac``
+        or the timeout expires (then the LAC is simply not past it)."""
+        st = self._state(ledger_id)
+        if st is None:
+            return ENOLEDGER, -1
+        await self._load_lac(st)
+        if st.lac > previous_lac:
+            return EOK, st.lac
+        timeout = min(max(timeout_ms, 0) / 1000.0, MAX_LONG_POLL_SECONDS)
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        st.waiters.append(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            if fut in st.waiters:
+                st.waiters.remove(fut)
+        return EOK, st.lac
+
+    def write_lac(
+        self, ledger_id: int, lac: int, master_key: bytes, body: bytes, respond: Respond
+    ) -> None:
+        if self.read_only:
+            respond(EREADONLY)
+            return
+        st = self._state_or_create(ledger_id, master_key)
+        if st.master_key != master_key:
+            respond(EUA)
+            return
+        self.storage.set_explicit_lac(ledger_id, body)  # type: ignore[union-attr]
+        st.advance_lac(lac)
+        self.journal_for(ledger_id).log(jf.explicit_lac_record(ledger_id, body), respond)
+
+    async def read_lac(self, ledger_id: int) -> tuple[int, bytes | None, bytes | None]:
+        """(status, explicit LAC body, last entry)."""
+        st = self._state(ledger_id)
+        if st is None:
+            return ENOLEDGER, None, None
+        info = self.storage.ledger_info(ledger_id)  # type: ignore[union-attr]
+        lac_body = info.explicit_lac if info is not None else None
+        status, last, _ = await self.read_entry(ledger_id, -1)
+        if status not in (EOK, ENOENTRY):
+            return status, None, None
+        if lac_body is None and last is None:
+            return ENOENTRY, None, None
+        return EOK, lac_body, last
+
+    def force_ledger(self, ledger_id: int, respond: Respond) -> None:
+        self.journal_for(ledger_id).log(jf.force_ledger_record(ledger_id), respond)
+
+    def write_close(self, ledger_id: int, master_key: bytes) -> int:
+        """BP-32 advisory write close. Unknown ledgers are fine: EOK."""
+        st = self._state(ledger_id)
+        if st is None:
+            self.metrics.write_close.labels("false").inc()
+            return EOK
+        if st.master_key != master_key:
+            return EUA
+        self.storage.write_close(ledger_id)  # type: ignore[union-attr]
+        self.metrics.write_close.labels("true").inc()
+        return EOK
+
+    def disk_capacity(self) -> tuple[int, int]:
+        assert self.disk is not None
+        return self.disk.capacity()
+
+    # ------------------------------------------------------------------
+    # health: read-only, pressure
+    # ------------------------------------------------------------------
+    def set_read_only(self, reason: str, on: bool) -> None:
+        if on:
+            self._read_only_reasons.add(reason)
+        else:
+            self._read_only_reasons.discard(reason)
+        new = bool(self._read_only_reasons)
+        if new == self.read_only:
+            return
+        if new and not self.conf.read_only_mode_enabled:
+            log.error(
+                "bookie must turn read-only (%s) but readOnlyModeEnabled=false: shutting down",
+                reason,
+            )
+            self._spawn(self.stop())
+            return
+        self.read_only = new
+        self.metrics.read_only.set(1 if new else 0)
+        log.warning(
+            "bookie is now %s (%s)",
+            "read-only" if new else "writable",
+            ", ".join(sorted(self._read_only_reasons)) or reason,
+        )
+        if self.registration is not None and self.registration.registered:
+            self._spawn(self.registration.set_read_only(new))
+
+    def _disk_changed(self, full: set[Path]) -> None:
+        self.set_read_only("disk full", bool(full))
+
+    def _journal_failed(self, error: OSError) -> None:
+        self.set_read_only(f"journal failed: {error.strerror or error}", True)
+
+    def _journal_synced(self, latency: float, fsync_seconds: float, count: int) -> None:
+        m = self.metrics
+        m.journal_add_latency.observe(latency)
+        if fsync_seconds:
+            m.journal_fsync_latency.observe(fsync_seconds)
+        m.journal_group_size.observe(count)
+        if self._under_pressure and self.journal_pending() <= self.conf.journal_queue_size // 2:
+            self._set_pressure(False)
+
+    def journal_pending(self) -> int:
+        return sum(j.pending_records for j in self.journals)
+
+    def check_pressure(self) -> bool:
+        """True while the journal queue is over ``journalQueueSize``: the
+        server stops reading requests until it drains."""
+        if not self._under_pressure and self.journal_pending() > self.conf.journal_queue_size:
+            self._set_pressure(True)
+        return self._under_pressure
+
+    def _set_pressure(self, on: bool) -> None:
+        self._under_pressure = on
+        for listener in list(self._pressure_listeners):
+            listener(on)
+
+    def add_pressure_listener(self, listener: Callable[[bool], None]) -> None:
+        self._pressure_listeners.append(listener)
+
+    def refresh_gauges(self) -> None:
+        m = self.metrics
+        m.journal_queue.set(self.journal_pending())
+        if self.storage is not None:
+            m.write_cache_size.set(self.storage.write_cache_size)
+            m.read_cache_size.set(self.storage.read_cache_size)

@@ -1,0 +1,68 @@
+"""Entry location index: (ledgerId, entryId) -> location in an entry log.
+
+Keys are 16 bytes big-endian (ledgerId, entryId) so a ledger's entries are
+contiguous and ordered, as in BookKeeper's EntryLocationIndex; values are
+the 8-byte location ``(logId << 32) | offset``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from pathlib import Path
+
+from rocksdict import WriteBatch
+
+from dlog.bookie.rocksdb import open_db, sync_write_options
+
+_KEY = struct.Struct(">qq")
+_VALUE = struct.Struct(">q")
+_MAX_ENTRY = (1 << 63) - 1
+
+
+class EntryLocationIndex:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._db = open_db(path)
+        self._sync = sync_write_options()
+
+    def get(self, ledger_id: int, entry_id: int) -> int | None:
+        value = self._db.get(_KEY.pack(ledger_id, entry_id))
+        return _VALUE.unpack(value)[0] if value is not None else None
+
+    def last_entry(self, ledger_id: int) -> tuple[int, int] | None:
+        """(entryId, location) of the highest entry stored for the ledger."""
+        it = self._db.iter()
+        it.seek_for_prev(_KEY.pack(ledger_id, _MAX_ENTRY))
+        if not it.valid():
+            return None
+        lid, eid = _KEY.unpack(it.key())
+        if lid != ledger_id:
+            return None
+        return eid, _VALUE.unpack(it.value())[0]
+
+    def entry_ids(self, ledger_id: int) -> list[int]:
+        out = []
+        it = self._db.iter()
+        it.seek(_KEY.pack(ledger_id, 0))
+        while it.valid():
+            lid, eid = _KEY.unpack(it.key())
+            if lid != ledger_id:
+                break
+            out.append(eid)
+            it.next()
+        return out
+
+    def add_batch(self, items: Iterable[tuple[int, int, int]]) -> None:
+        """Write locations atomically and durably (before the checkpoint
+        that lets the journal forget these entries)."""
+        wb = WriteBatch(raw_mode=True)
+        for lid, eid, loc in items:
+            wb.put(_KEY.pack(lid, eid), _VALUE.pack(loc))
+        self._db.write(wb, self._sync)
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        self._db.delete_range(_KEY.pack(ledger_id, 0), _KEY.pack(ledger_id, _MAX_ENTRY))
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,365 @@
+"""Entry log files, in BookKeeper's layout, and the logger that owns them.
+
+An entry log ``<hex id>.log`` has a 1024-byte header (magic ``BKLO``, int
+version 1, long ledgersMapOffset, int ledgersCount), then records: a 4-byte
+size and the entry, whose first 16 bytes are (ledgerId, entryId). An entry's
+location is ``(logId << 32) | offset``, the offset pointing just past the
+size field. When a log is rotated the ledgers map (ledgerId -> bytes used)
+is appended in batches and the header patched: a rotated log is sealed and
+never written again.
+
+Which log an entry goes to is decided by an :class:`EntryLogManager`
+(:mod:`dlog.bookie.entry_log_manager`), chosen by the ledger storage.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from dlog.errors import CorruptedFileError
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"BKLO"
+VERSION = 1
+HEADER_SIZE = 1024
+INVALID_LID = -1
+LEDGERS_MAP_ENTRY_ID = -2
+LEDGERS_MAP_MAX_BATCH_SIZE = 10000
+MAX_LOG_SIZE = 0xFFFFFFFF  # offsets must fit the low 32 bits of a location
+
+_HEADER = struct.Struct(">4siqi")
+_SIZE = struct.Struct(">i")
+_IDS = struct.Struct(">qq")
+_MAP_HEAD = struct.Struct(">qqi")
+_MAP_ITEM = struct.Struct(">qq")
+
+
+def location(log_id: int, offset: int) -> int:
+    return (log_id << 32) | offset
+
+
+def split_location(loc: int) -> tuple[int, int]:
+    return loc >> 32, loc & 0xFFFFFFFF
+
+
+def log_file_name(log_id: int) -> str:
+    return f"{log_id:x}.log"
+
+
+def header_bytes(ledgers_map_offset: int = 0, ledgers_count: int = 0) -> bytes:
+    return _HEADER.pack(MAGIC, VERSION, ledgers_map_offset, ledgers_count).ljust(HEADER_SIZE, b"\0")
+
+
+def parse_header(data: bytes, path: Path | str) -> tuple[int, int]:
+    """(ledgersMapOffset, ledgersCount) of a log header."""
+    if len(data) < _HEADER.size:
+        raise CorruptedFileError(f"{path}: entry log header is truncated")
+    magic, version, map_offset, count = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise CorruptedFileError(f"{path}: not an entry log (bad magic)")
+    if version != VERSION:
+        raise CorruptedFileError(f"{path}: unsupported entry log version {version}")
+    return map_offset, count
+
+
+def ledgers_map_records(ledgers: dict[int, int]) -> bytes:
+    """The ledgers map appended at rotation, in batches of at most 10,000."""
+    items = sorted(ledgers.items())
+    out = bytearray()
+    for start in range(0, len(items), LEDGERS_MAP_MAX_BATCH_SIZE):
+        batch = items[start : start + LEDGERS_MAP_MAX_BATCH_SIZE]
+        body = _MAP_HEAD.pack(INVALID_LID, LEDGERS_MAP_ENTRY_ID, len(batch))
+        body += b"".join(_MAP_ITEM.pack(lid, size) for lid, size in batch)
+        out += _SIZE.pack(len(body)) + body
+    return bytes(out)
+
+
+class EntryLogFile:
+    """One entry log open for writing. Not thread safe: its manager locks."""
+
+    def __init__(self, directory: Path, log_id: int, *, flush_every_bytes: int = 0) -> None:
+        self.directory = directory
+        self.log_id = log_id
+        self.path = directory / log_file_name(log_id)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        os.pwrite(self._fd, header_bytes(), 0)
+        self.size = HEADER_SIZE  # logical size, including buffered bytes
+        self._written = HEADER_SIZE  # bytes handed to the OS
+        self._buffer = bytearray()
+        self._unsynced = 0
+        self._flush_every = flush_every_bytes
+        self.ledgers: dict[int, int] = {}
+        self.sealed = False
+
+    def can_fit(self, n: int, limit: int) -> bool:
+        return self.size + 4 + n <= min(limit, MAX_LOG_SIZE)
+
+    def add(self, ledger_id: int, entry: bytes) -> int:
+        n = len(entry)
+        self._buffer += _SIZE.pack(n)
+        self._buffer += entry
+        pos = self.size + 4
+        self.size = pos + n
+        self.ledgers[ledger_id] = self.ledgers.get(ledger_id, 0) + n + 4
+        if len(self._buffer) >= 1 << 20:
+            self._write_buffer()
+        return location(self.log_id, pos)
+
+    def _write_buffer(self) -> None:
+        if not self._buffer:
+            return
+        data = bytes(self._buffer)
+        view = memoryview(data)
+        pos = 0
+        while pos < len(data):
+            pos += os.pwrite(self._fd, view[pos:], self._written + pos)
+        self._written += len(data)
+        self._unsynced += len(data)
+        self._buffer.clear()
+        if self._flush_every and self._unsynced >= self._flush_every:
+            os.fdatasync(self._fd)
+            self._unsynced = 0
+
+    def flush(self) -> None:
+        """Make every added entry durable."""
+        self._write_buffer()
+        if self._unsynced or self._written == HEADER_SIZE:
+            os.fdatasync(self._fd)
+            self._unsynced = 0
+
+    def seal(self) -> None:
+        """Append the ledgers map, patch the header, sync and close."""
+        if self.sealed:
+            return
+        self._write_buffer()
+        map_offset = self._written
+        records = ledgers_map_records(self.ledgers)
+        os.pwrite(self._fd, records, map_offset)
+        os.pwrite(self._fd, _HEADER.pack(MAGIC, VERSION, map_offset, len(self.ledgers)), 0)
+        os.fsync(self._fd)
+        os.close(self._fd)
+        self.size = map_offset + len(records)
+        self.sealed = True
+        log.info(
+            "sealed entry log %s (%d ledgers, %d bytes)",
+            self.path.name,
+            len(self.ledgers),
+            self.size,
+        )
+
+    def close_unsealed(self) -> None:
+        """Flush and close without sealing (shutdown mid-log)."""
+        if self.sealed:
+            return
+        self.flush()
+        os.close(self._fd)
+        self.sealed = True
+
+
+class EntryLogger:
+    """Owns the entry log files of a set of ledger directories: allocates
+    log ids, opens new logs, and reads entries by location."""
+
+    def __init__(
+        self,
+        ledger_dirs: list[Path],
+        *,
+        flush_every_bytes: int = 0,
+        writable_dirs: Callable[[], list[Path]] | None = None,
+        max_open_readers: int = 64,
+    ) -> None:
+        if not ledger_dirs:
+            raise ValueError("EntryLogger needs at least one ledger directory")
+        self.ledger_dirs = ledger_dirs
+        self._writable = writable_dirs or (lambda: self.ledger_dirs)
+        self._flush_every = flush_every_bytes
+        self._lock = threading.Lock()
+        self._readers: OrderedDict[int, int] = OrderedDict()
+        self._max_readers = max_open_readers
+        self._dir_of: dict[int, Path] = {}
+        self._next_dir = 0
+        last = 0
+        for d in ledger_dirs:
+            for lid in self._scan_ids(d):
+                self._dir_of[lid] = d
+                last = max(last, lid)
+            try:
+                last = max(last, int((d / "lastId").read_text().strip() or "0", 16))
+            except (FileNotFoundError, ValueError):
+                pass
+        self._last_id = last
+
+    @staticmethod
+    def _scan_ids(d: Path) -> list[int]:
+        ids = []
+        for name in os.listdir(d):
+            if name.endswith(".log"):
+                try:
+                    ids.append(int(name[:-4], 16))
+                except ValueError:
+                    continue
+        return ids
+
+    @property
+    def last_log_id(self) -> int:
+        return self._last_id
+
+    def log_ids(self) -> list[int]:
+        with self._lock:
+            return sorted(self._dir_of)
+
+    def create_log(self) -> EntryLogFile:
+        """A new log with the next id, in the next writable directory."""
+        with self._lock:
+            dirs = self._writable()
+            if not dirs:
+                from dlog.errors import DiskFullError
+
+                raise DiskFullError("no writable ledger directory for a new entry log")
+            d = dirs[self._next_dir % len(dirs)]
+            self._next_dir += 1
+            self._last_id += 1
+            log_id = self._last_id
+            tmp = d / "lastId.tmp"
+            tmp.write_text(f"{log_id:x}\n")
+            os.replace(tmp, d / "lastId")
+            f = EntryLogFile(d, log_id, flush_every_bytes=self._flush_every)
+            self._dir_of[log_id] = d
+        dfd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        return f
+
+    def path_of(self, log_id: int) -> Path:
+        d = self._dir_of.get(log_id)
+        if d is None:
+            raise FileNotFoundError(f"entry log {log_id:x}.log does not exist")
+        return d / log_file_name(log_id)
+
+    def _reader_fd(self, log_id: int) -> int:
+        with self._lock:
+            fd = self._readers.get(log_id)
+            if fd is not None:
+                self._readers.move_to_end(log_id)
+                return fd
+        fd = os.open(self.path_of(log_id), os.O_RDONLY)
+        with self._lock:
+            other = self._readers.get(log_id)
+            if other is not None:
+                os.close(fd)
+                return other
+            self._readers[log_id] = fd
+            while len(self._readers) > self._max_readers:
+                _, old = self._readers.popitem(last=False)
+                os.close(old)
+        return fd
+
+    def read_entry(self, loc: int, ledger_id: int, entry_id: int) -> bytes:
+        """The entry stored at ``loc``; checks it is the one asked for."""
+        log_id, pos = split_location(loc)
+        fd = self._reader_fd(log_id)
+        head = os.pread(fd, 4 + 16, pos - 4)
+        if len(head) < 20:
+            raise CorruptedFileError(f"entry log {log_id:x}: short read at {pos}")
+        (size,) = _SIZE.unpack_from(head)
+        lid, eid = _IDS.unpack_from(head, 4)
+        if size < 16 or lid != ledger_id or eid != entry_id:
+            raise CorruptedFileError(
+                f"entry log {log_id:x} at {pos}: expected ledger {ledger_id} entry {entry_id}, "
+                f"found ledger {lid} entry {eid} (size {size})"
+            )
+        data = os.pread(fd, size, pos)
+        if len(data) != size:
+            raise CorruptedFileError(f"entry log {log_id:x}: entry at {pos} is truncated")
+        return data
+
+    def read_following(
+        self, loc: int, ledger_id: int, max_entries: int, max_bytes: int = 1 << 20
+    ) -> list[tuple[int, int, bytes]]:
+        """Entries of ``ledger_id`` stored right after ``loc`` (read-ahead):
+        ``[(entry_id, location, data)]``, stopping at another ledger."""
+        if max_entries <= 0:
+            return []
+        log_id, pos = split_location(loc)
+        fd = self._reader_fd(log_id)
+        head = os.pread(fd, 4, pos - 4)
+        if len(head) < 4:
+            return []
+        (size,) = _SIZE.unpack(head)
+        start = pos + size
+        chunk = os.pread(fd, max_bytes, start)
+        out: list[tuple[int, int, bytes]] = []
+        off = 0
+        while len(out) < max_entries and off + 20 <= len(chunk):
+            (n,) = _SIZE.unpack_from(chunk, off)
+            if n < 16 or off + 4 + n > len(chunk):
+                break
+            lid, eid = _IDS.unpack_from(chunk, off + 4)
+            if lid != ledger_id or eid < 0:
+                break
+            out.append((eid, location(log_id, start + off + 4), chunk[off + 4 : off + 4 + n]))
+            off += 4 + n
+        return out
+
+    def scan(self, log_id: int) -> Iterator[tuple[int, int, int, int]]:
+        """Yield (ledgerId, entryId, location, size) of every entry in a log."""
+        path = self.path_of(log_id)
+        with open(path, "rb") as f:
+            data = f.read()
+        map_offset, _ = parse_header(data, path)
+        end = map_offset if map_offset > 0 else len(data)
+        pos = HEADER_SIZE
+        while pos + 4 <= end:
+            (n,) = _SIZE.unpack_from(data, pos)
+            if n <= 0 or pos + 4 + n > end:
+                return
+            if n < 16:
+                raise CorruptedFileError(f"{path}: record of {n} bytes at {pos}")
+            lid, eid = _IDS.unpack_from(data, pos + 4)
+            if lid != INVALID_LID:
+                yield lid, eid, location(log_id, pos + 4), n
+            pos += 4 + n
+
+    def read_ledgers_map(self, log_id: int) -> dict[int, int] | None:
+        """The ledgers map of a sealed log, or None if the log was not sealed."""
+        path = self.path_of(log_id)
+        with open(path, "rb") as f:
+            data = f.read()
+        map_offset, count = parse_header(data, path)
+        if map_offset <= 0:
+            return None
+        out: dict[int, int] = {}
+        pos = map_offset
+        while pos + 4 <= len(data) and len(out) < count:
+            (n,) = _SIZE.unpack_from(data, pos)
+            if n < _MAP_HEAD.size or pos + 4 + n > len(data):
+                raise CorruptedFileError(f"{path}: bad ledgers map record at {pos}")
+            lid, eid, items = _MAP_HEAD.unpack_from(data, pos + 4)
+            if (
+                lid != INVALID_LID
+                or eid != LEDGERS_MAP_ENTRY_ID
+                or _MAP_HEAD.size + items * 16 != n
+            ):
+                raise CorruptedFileError(f"{path}: bad ledgers map header at {pos}")
+            for i in range(items):
+                ledger, size = _MAP_ITEM.unpack_from(data, pos + 4 + _MAP_HEAD.size + i * 16)
+                out[ledger] = size
+            pos += 4 + n
+        if len(out) != count:
+            raise CorruptedFileError(f"{path}: ledgers map has {len(out)} of {count} ledgers")
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            for fd in self._readers.values():
+                os.close(fd)
+            self._readers.clear()

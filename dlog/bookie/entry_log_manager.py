@@ -1,0 +1,199 @@
+"""Which entry log an entry goes to.
+
+The ledger storage picks one :class:`EntryLogManager` when it starts
+(``entryLogPerLedgerEnabled`` selects the implementation in one place:
+:func:`create_entry_log_manager`) and calls only this interface, so the
+single-active-log manager and the log-per-ledger manager are
+interchangeable without flags anywhere else.
+
+The storage flush thread calls :meth:`add_entry` and :meth:`flush`; the
+event loop calls :meth:`write_close`. Implementations lock accordingly.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+from dlog.bookie.entry_log import EntryLogFile, EntryLogger
+
+log = logging.getLogger(__name__)
+
+
+class EntryLogManager(abc.ABC):
+    """Routes entries to entry logs and decides when logs rotate."""
+
+    def __init__(self, logger: EntryLogger, log_size_limit: int) -> None:
+        self.logger = logger
+        self.log_size_limit = log_size_limit
+        self._lock = threading.RLock()
+        # Rotated logs that are not yet sealed and synced.
+        self._rotated: list[EntryLogFile] = []
+        self.write_closed: set[int] = set()
+
+    @abc.abstractmethod
+    def _log_for(self, ledger_id: int, size: int) -> EntryLogFile:
+        """The open log that takes the next entry of ``ledger_id``."""
+
+    @abc.abstractmethod
+    def active_logs(self) -> list[EntryLogFile]:
+        """Logs currently open for writing."""
+
+    def add_entry(self, ledger_id: int, entry: bytes) -> int:
+        """Append ``entry``; returns its location. Durable only after :meth:`flush`."""
+        with self._lock:
+            return self._log_for(ledger_id, len(entry)).add(ledger_id, entry)
+
+    def flush(self) -> None:
+        """Sync every open log and seal the rotated ones."""
+        with self._lock:
+            for f in self.active_logs():
+                f.flush()
+            rotated, self._rotated = self._rotated, []
+            for f in rotated:
+                f.seal()
+
+    def checkpoint(self) -> None:  # noqa: B027 - an optional hook
+        """Checkpoint hook (after :meth:`flush`): rotate what should rotate."""
+
+    def write_close(self, ledger_id: int) -> None:
+        """BP-32 advisory hint: no more entries will come for ``ledger_id``."""
+        with self._lock:
+            self.write_closed.add(ledger_id)
+
+    def _rotate(self, f: EntryLogFile) -> None:
+        self._rotated.append(f)
+
+    @property
+    def least_unflushed_log_id(self) -> int:
+        """Logs with a smaller id are sealed and durable: GC may consider them."""
+        with self._lock:
+            ids = [f.log_id for f in self._rotated] + [f.log_id for f in self.active_logs()]
+        return min(ids) if ids else self.logger.last_log_id + 1
+
+    def close(self) -> None:
+        """Sync and seal everything (clean shutdown)."""
+        with self._lock:
+            for f in self._rotated:
+                f.seal()
+            self._rotated = []
+            for f in self.active_logs():
+                f.seal()
+            self._close_active()
+
+    @abc.abstractmethod
+    def _close_active(self) -> None: ...
+
+
+class SingleActiveEntryLogManager(EntryLogManager):
+    """BookKeeper's default: every ledger shares one active log, rotated
+    when it would exceed ``logSizeLimit``. Write-close hints only let the
+    next checkpoint forget the ledger; the shared log is not rotated for it."""
+
+    def __init__(self, logger: EntryLogger, log_size_limit: int) -> None:
+        super().__init__(logger, log_size_limit)
+        self._current: EntryLogFile | None = None
+
+    def _log_for(self, ledger_id: int, size: int) -> EntryLogFile:
+        cur = self._current
+        if cur is not None and cur.can_fit(size, self.log_size_limit):
+            return cur
+        if cur is not None:
+            self._rotate(cur)
+        self._current = self.logger.create_log()
+        return self._current
+
+    def active_logs(self) -> list[EntryLogFile]:
+        return [self._current] if self._current is not None else []
+
+    def checkpoint(self) -> None:
+        with self._lock:
+            self.write_closed.clear()
+
+    def _close_active(self) -> None:
+        self._current = None
+
+
+class EntryLogManagerForEntryLogPerLedger(EntryLogManager):
+    """Each ledger writes to its own entry log, so a ledger's data is
+    contiguous and a deleted ledger frees whole files.
+
+    A ledger's log is rotated when it is full, when the ledger is
+    write-closed (BP-32, at the next checkpoint), when it has not been
+    written for ``entrylogMapAccessExpiryTimeInSeconds`` (at a checkpoint),
+    or when more than ``maximumNumberOfActiveEntryLogs`` logs are open (the
+    least recently written one)."""
+
+    def __init__(
+        self,
+        logger: EntryLogger,
+        log_size_limit: int,
+        *,
+        max_active_logs: int = 500,
+        expiry_seconds: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(logger, log_size_limit)
+        self.max_active_logs = max_active_logs
+        self.expiry_seconds = expiry_seconds
+        self._clock = clock
+        self._logs: OrderedDict[int, tuple[EntryLogFile, float]] = OrderedDict()
+
+    def _log_for(self, ledger_id: int, size: int) -> EntryLogFile:
+        now = self._clock()
+        current = self._logs.pop(ledger_id, None)
+        if current is not None:
+            f = current[0]
+            if f.can_fit(size, self.log_size_limit):
+                self._logs[ledger_id] = (f, now)
+                return f
+            self._rotate(f)
+        while len(self._logs) >= self.max_active_logs:
+            _, (victim, _) = self._logs.popitem(last=False)
+            self._rotate(victim)
+        f = self.logger.create_log()
+        self._logs[ledger_id] = (f, now)
+        return f
+
+    def active_logs(self) -> list[EntryLogFile]:
+        return [f for f, _ in self._logs.values()]
+
+    def checkpoint(self) -> None:
+        with self._lock:
+            now = self._clock()
+            victims = [lid for lid in self.write_closed if lid in self._logs]
+            victims += [
+                lid
+                for lid, (_, access) in self._logs.items()
+                if now - access >= self.expiry_seconds and lid not in self.write_closed
+            ]
+            self.write_closed.clear()
+            for lid in victims:
+                f, _ = self._logs.pop(lid)
+                # The checkpoint has just flushed: nothing is buffered, seal now.
+                f.seal()
+            if victims:
+                log.info("rotated entry logs of %d ledgers at checkpoint", len(victims))
+
+    def _close_active(self) -> None:
+        self._logs.clear()
+
+
+def create_entry_log_manager(
+    logger: EntryLogger,
+    *,
+    log_size_limit: int,
+    per_ledger: bool = False,
+    max_active_logs: int = 500,
+    expiry_seconds: float = 300.0,
+) -> EntryLogManager:
+    """The one place that maps configuration to a manager implementation."""
+    if per_ledger:
+        return EntryLogManagerForEntryLogPerLedger(
+            logger, log_size_limit, max_active_logs=max_active_logs, expiry_seconds=expiry_seconds
+        )
+    return SingleActiveEntryLogManager(logger, log_size_limit)

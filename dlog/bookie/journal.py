@@ -1,0 +1,365 @@
+"""The bookie journal: every add is durable here before it is acknowledged.
+
+Group commit happens on the event loop: records accumulate in a group that
+is handed to the journal thread when the oldest record has waited
+``journalMaxGroupWaitMSec``, when the group holds
+``journalBufferedWritesThreshold`` bytes or ``journalBufferedEntriesThreshold``
+records, or (with ``journalFlushWhenQueueEmpty``) as soon as no more
+requests are being processed. The journal thread writes every group that is
+waiting and then issues one fdatasync for all of them (the force-write
+step), off the event loop. Callbacks run on the loop after the fsync that
+covers their record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import errno
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from dlog.bookie import journal_format as jf
+from dlog.conf.bookie import BookieConfig
+from dlog.errors import EIO, EOK
+
+log = logging.getLogger(__name__)
+
+Callback = Callable[[int], None]
+_STOP = object()
+
+
+@dataclasses.dataclass
+class JournalStats:
+    """Counters the group-commit tests and metrics read."""
+
+    records: int = 0  # records handed to the journal
+    groups: int = 0  # groups handed to the journal thread
+    writes: int = 0  # write() calls of group data
+    fsyncs: int = 0  # fdatasync calls covering groups
+    records_synced: int = 0
+    bytes_written: int = 0
+    rolls: int = 0
+
+
+@dataclasses.dataclass
+class _Group:
+    blob: bytes
+    callbacks: list[Callback | None]
+    count: int
+    first_enqueued: float
+
+
+class JournalError(OSError):
+    pass
+
+
+class Journal:
+    """One journal directory with its writer thread."""
+
+    def __init__(
+        self,
+        directory: Path,
+        conf: BookieConfig,
+        *,
+        on_error: Callable[[OSError], None] | None = None,
+        observe_latency: Callable[[float, float, int], None] | None = None,
+    ) -> None:
+        self.directory = directory
+        self.conf = conf
+        self._on_error = on_error
+        self._observe = observe_latency
+        self._max_wait = conf.journal_max_group_wait_msec / 1000.0
+        self._bytes_threshold = conf.journal_buffered_writes_threshold
+        self._entries_threshold = conf.journal_buffered_entries_threshold
+        self._flush_when_empty = conf.journal_flush_when_queue_empty
+        self._sync = conf.journal_sync_data
+        self._max_size = conf.journal_max_size_mb * 1024 * 1024
+        self._prealloc = conf.journal_pre_alloc_size_mb * 1024 * 1024
+        self._alignment = conf.journal_alignment_size
+        self._write_chunk = conf.journal_write_buffer_size_kb * 1024
+
+        self.stats = JournalStats()
+        self.last_synced_mark = jf.LogMark()
+        self.pending_records = 0
+
+        # loop-side group
+        self._parts: list[bytes] = []
+        self._callbacks: list[Callback | None] = []
+        self._group_bytes = 0
+        self._group_started = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._soon: asyncio.Handle | None = None
+
+        # thread-side file
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._fd = -1
+        self._file_id = 0
+        self._offset = 0
+        self._allocated = 0
+        self._failed: OSError | None = None
+        self._drained: asyncio.Future[None] | None = None
+
+    # ------------------------------------------------------------------
+    # replay (before start)
+    # ------------------------------------------------------------------
+    def replay_records(self, mark: jf.LogMark) -> Iterator[bytes]:
+        """Every record after ``mark``, oldest first (before :meth:`start`)."""
+        count = 0
+        for jid in jf.list_journal_ids(self.directory):
+            if jid < mark.journal_id:
+                continue
+            start = mark.offset if jid == mark.journal_id else 0
+            path = self.directory / jf.journal_file_name(jid)
+            end = start
+            for offset, record in jf.scan_journal(path, start):
+                end = offset
+                count += 1
+                yield record
+            self.last_synced_mark = max(self.last_synced_mark, jf.LogMark(jid, end))
+        log.info("replayed %d journal records from %s after %s", count, self.directory, mark)
+
+    # ------------------------------------------------------------------
+    # lifecycle
+    # ------------------------------------------------------------------
+    def start(self) -> None:
+        """Open a fresh journal file and start the journal thread."""
+        self._loop = asyncio.get_running_loop()
+        ids = jf.list_journal_ids(self.directory)
+        self._open_file((ids[-1] + 1) if ids else 1)
+        self.last_synced_mark = max(self.last_synced_mark, jf.LogMark(self._file_id, self._offset))
+        self._thread = threading.Thread(
+            target=self._run, name=f"journal-{self.directory}", daemon=True
+        )
+        self._thread.start()
+
+    async def close(self) -> None:
+        """Write and sync whatever is pending, then stop the thread."""
+        if self._thread is None:
+            return
+        self._flush_group()
+        self._queue.put(_STOP)
+        await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+        self._thread = None
+        if self._fd >= 0:
+            try:
+                os.fsync(self._fd)
+            except OSError:
+                pass
+            os.close(self._fd)
+            self._fd = -1
+
+    @property
+    def current_journal_id(self) -> int:
+        return self._file_id
+
+    @property
+    def failed(self) -> OSError | None:
+        return self._failed
+
+    # ------------------------------------------------------------------
+    # loop side: grouping
+    # ------------------------------------------------------------------
+    def log(self, record: bytes, callback: Callback | None = None) -> None:
+        """Journal ``record``; ``callback(status)`` runs once it is durable."""
+        if self._failed is not None:
+            if callback is not None:
+                callback(EIO)
+            return
+        if not self._parts:
+            self._group_started = time.monotonic()
+            if self._max_wait > 0:
+                self._timer = self._loop.call_later(self._max_wait, self._flush_group)  # type: ignore[union-attr]
+        n = len(record)
+        self._parts.append(n.to_bytes(4, "big"))
+        self._parts.append(record)
+        self._callbacks.append(callback)
+        self._group_bytes += n + 4
+        self.pending_records += 1
+        self.stats.records += 1
+        if (
+            self._max_wait <= 0
+            or self._group_bytes >= self._bytes_threshold
+            or (self._entries_threshold and len(self._callbacks) >= self._entries_threshold)
+        ):
+            self._flush_group()
+        elif self._flush_when_empty and self._soon is None:
+            # Runs after every request already read has been processed: the
+            # queue has become empty.
+            self._soon = self._loop.call_soon(self._flush_group)  # type: ignore[union-attr]
+
+    def _flush_group(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._soon is not None:
+            self._soon.cancel()
+            self._soon = None
+        if not self._parts:
+            return
+        group = _Group(
+            b"".join(self._parts), self._callbacks, len(self._callbacks), self._group_started
+        )
+        self._parts = []
+        self._callbacks = []
+        self._group_bytes = 0
+        self.stats.groups += 1
+        self._queue.put(group)
+
+    def _synced(
+        self, groups: list[_Group], mark: jf.LogMark, status: int, fsync_seconds: float
+    ) -> None:
+        now = time.monotonic()
+        if status == EOK:
+            self.last_synced_mark = mark
+        for g in groups:
+            self.pending_records -= g.count
+            if self._observe is not None:
+                self._observe(now - g.first_enqueued, fsync_seconds, g.count)
+            for cb in g.callbacks:
+                if cb is not None:
+                    try:
+                        cb(status)
+                    except Exception:  # a bad callback must not stop the others
+                        log.exception("journal callback failed")
+        if self._drained is not None and self.pending_records == 0 and not self._drained.done():
+            self._drained.set_result(None)
+
+    async def wait_synced(self) -> None:
+        """Flush the current group and wait until everything is durable."""
+        self._flush_group()
+        if self.pending_records == 0:
+            return
+        self._drained = asyncio.get_running_loop().create_future()
+        await self._drained
+        self._drained = None
+
+    # ------------------------------------------------------------------
+    # journal thread
+    # ------------------------------------------------------------------
+    def _run(self) -> None:
+        stop = False
+        while not stop:
+            item = self._queue.get()
+            if item is _STOP:
+                break
+            groups = [item]
+            while True:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop = True
+                    break
+                groups.append(nxt)
+            status, fsync_seconds = self._write_groups(groups)  # type: ignore[arg-type]
+            mark = jf.LogMark(self._file_id, self._offset)
+            try:
+                self._loop.call_soon_threadsafe(self._synced, groups, mark, status, fsync_seconds)  # type: ignore[union-attr]
+            except RuntimeError:
+                return  # loop closed
+
+    def _write_groups(self, groups: list[_Group]) -> tuple[int, float]:
+        if self._failed is not None:
+            return EIO, 0.0
+        try:
+            for g in groups:
+                blob = g.blob
+                if self._offset + len(blob) > self._max_size and self._offset > jf.HEADER_SIZE:
+                    self._roll()
+                blob += jf.padding_record(self._offset + len(blob), self._alignment)
+                self._ensure_space(len(blob))
+                view = memoryview(blob)
+                pos = 0
+                while pos < len(blob):
+                    written = os.pwrite(
+                        self._fd, view[pos : pos + self._write_chunk], self._offset + pos
+                    )
+                    pos += written
+                self._offset += len(blob)
+                self.stats.writes += 1
+                self.stats.bytes_written += len(blob)
+            t0 = time.monotonic()
+            if self._sync:
+                os.fdatasync(self._fd)
+                self.stats.fsyncs += 1
+            elapsed = time.monotonic() - t0
+            self.stats.records_synced += sum(g.count for g in groups)
+            return EOK, elapsed
+        except OSError as e:
+            self._failed = e
+            log.error("journal write failed in %s: %s; failing all further adds", self.directory, e)
+            if self._on_error is not None and self._loop is not None:
+                try:
+                    self._loop.call_soon_threadsafe(self._on_error, e)
+                except RuntimeError:
+                    pass
+            return EIO, 0.0
+
+    def _ensure_space(self, n: int) -> None:
+        need = self._offset + n
+        if need <= self._allocated:
+            return
+        grow = max(self._prealloc, need - self._allocated)
+        try:
+            os.posix_fallocate(self._fd, self._allocated, grow)
+        except OSError as e:
+            if e.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+                return  # filesystem cannot preallocate; plain writes still work
+            raise
+        self._allocated += grow
+
+    def _open_file(self, journal_id: int) -> None:
+        path = self.directory / jf.journal_file_name(journal_id)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            header = jf.header_bytes()
+            self._fd, self._allocated = fd, 0
+            self._offset = 0
+            self._ensure_space(len(header))
+            os.pwrite(fd, header, 0)
+            os.fsync(fd)
+            dfd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError:
+            os.close(fd)
+            self._fd = -1
+            raise
+        self._file_id = journal_id
+        self._offset = len(header)
+        log.info("opened journal %s", path)
+
+    def _roll(self) -> None:
+        if self._sync:
+            os.fdatasync(self._fd)
+        old = self._fd
+        self._open_file(self._file_id + 1)
+        os.close(old)
+        self.stats.rolls += 1
+
+    # ------------------------------------------------------------------
+    # garbage collection (called after a checkpoint)
+    # ------------------------------------------------------------------
+    def gc(self, checkpoint: jf.LogMark) -> list[int]:
+        """Delete journals wholly before ``checkpoint`` beyond journalMaxBackups."""
+        old = [j for j in jf.list_journal_ids(self.directory) if j < checkpoint.journal_id]
+        keep = self.conf.journal_max_backups
+        victims = old[: max(0, len(old) - keep)]
+        for jid in victims:
+            try:
+                os.unlink(self.directory / jf.journal_file_name(jid))
+                log.info("deleted journal %x.txn (checkpoint at %s)", jid, checkpoint)
+            except FileNotFoundError:
+                pass
+        return victims

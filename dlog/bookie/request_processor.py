@@ -1,0 +1,197 @@
+"""Turns v3 requests into bookie operations and their results into responses.
+
+Requests on one connection are pipelined: each is handled as it arrives
+and answered when its operation completes, matched by ``txnId``. Adds and
+cache-hit reads are answered without creating a task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Protocol
+
+from dlog.errors import EBADREQ, EIO, EOK, STATUS_NAMES
+from dlog.protocol import messages as m
+from dlog.protocol.bookkeeper_pb2 import Request, Response
+
+if TYPE_CHECKING:
+    from dlog.bookie.bookie import Bookie
+
+log = logging.getLogger(__name__)
+
+_OP_LABELS = {op: name.lower() for op, name in m.OP_NAMES.items()}
+
+
+class Responder(Protocol):
+    def send(self, response: Response) -> None: ...
+
+
+class RequestProcessor:
+    def __init__(self, bookie: Bookie) -> None:
+        self.bookie = bookie
+        self.metrics = bookie.metrics
+        self._counters: dict[tuple[int, int], object] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _count(self, op: int, status: int) -> None:
+        key = (op, status)
+        c = self._counters.get(key)
+        if c is None:
+            c = self._counters[key] = self.metrics.requests.labels(
+                _OP_LABELS.get(op, str(op)), STATUS_NAMES.get(status, str(status))
+            )
+        c.inc()  # type: ignore[attr-defined]
+
+    def _spawn(self, coro: object) -> None:
+        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def handle(self, req: Request, conn: Responder) -> None:
+        problem = m.request_problem(req)
+        if problem is not None:
+            log.warning("bad request (txn %d): %s", req.header.txnId, problem)
+            self._count(req.header.operation, EBADREQ)
+            conn.send(m.error_response(req, EBADREQ))
+            return
+        op = req.header.operation
+        try:
+            if op == m.ADD_ENTRY:
+                self._add(req, conn)
+            elif op == m.READ_ENTRY:
+                self._read(req, conn)
+            elif op == m.READ_LAC:
+                self._spawn(self._read_lac(req, conn))
+            elif op == m.WRITE_LAC:
+                self._write_lac(req, conn)
+            elif op == m.FORCE_LEDGER:
+                self._force(req, conn)
+            elif op == m.WRITE_CLOSE:
+                self._write_close(req, conn)
+            elif op == m.GET_BOOKIE_INFO:
+                self._bookie_info(req, conn)
+            else:
+                log.info(
+                    "unsupported operation %s (txn %d)", m.OP_NAMES.get(op, op), req.header.txnId
+                )
+                self._count(op, EBADREQ)
+                conn.send(m.error_response(req, EBADREQ))
+        except Exception:
+            log.exception("request %s failed", m.OP_NAMES.get(op, op))
+            self._count(op, EIO)
+            conn.send(m.error_response(req, EIO))
+
+    # -- operations -------------------------------------------------------------
+    def _add(self, req: Request, conn: Responder) -> None:
+        ar = req.addRequest
+        txn = req.header.txnId
+        lid, eid = ar.ledgerId, ar.entryId
+        t0 = time.monotonic()
+        latency = self.metrics.add_latency
+
+        def respond(status: int) -> None:
+            conn.send(m.add_response(txn, status, lid, eid))
+            latency.observe(time.monotonic() - t0)
+            self._count(m.ADD_ENTRY, status)
+
+        recovery = ar.HasField("flag") and ar.flag == m.RECOVERY_ADD
+        self.bookie.add_entry(lid, eid, ar.masterKey, ar.body, recovery, respond)
+
+    def _read(self, req: Request, conn: Responder) -> None:
+        rr = req.readRequest
+        flag = rr.flag if rr.HasField("flag") else 0
+        if flag != m.FENCE_LEDGER and not rr.HasField("previousLAC"):
+            hit = self.bookie.cached_read(rr.ledgerId, rr.entryId)
+            if hit is not None:
+                status, body, lac = hit
+                conn.send(
+                    m.read_response(req.header.txnId, status, rr.ledgerId, rr.entryId, body, lac)
+                )
+                self._count(m.READ_ENTRY, status)
+                return
+        self._spawn(self._read_async(req, conn, flag))
+
+    async def _read_async(self, req: Request, conn: Responder, flag: int) -> None:
+        rr = req.readRequest
+        txn = req.header.txnId
+        lid, eid = rr.ledgerId, rr.entryId
+        t0 = time.monotonic()
+        try:
+            if rr.HasField("previousLAC"):
+                status, lac = await self.bookie.wait_for_lac(lid, rr.previousLAC, rr.timeOut)
+                body = None
+                if status == EOK and flag == m.ENTRY_PIGGYBACK and lac >= eid >= 0:
+                    s2, body, _ = await self.bookie.read_entry(lid, eid)
+                    if s2 != EOK:
+                        body = None
+                conn.send(m.read_response(txn, status, lid, eid, body, lac))
+                self._count(m.READ_ENTRY, status)
+                return
+            fence = flag == m.FENCE_LEDGER
+            status, body, lac = await self.bookie.read_entry(
+                lid, eid, fence=fence, master_key=rr.masterKey if rr.HasField("masterKey") else None
+            )
+            if body is not None and eid < 0 and len(body) >= 16:
+                eid = int.from_bytes(body[8:16], "big", signed=True)
+            conn.send(m.read_response(txn, status, lid, eid, body if status == EOK else None, lac))
+            self.metrics.read_latency.observe(time.monotonic() - t0)
+            self._count(m.READ_ENTRY, status)
+        except Exception:
+            log.exception("read of ledger %d entry %d failed", lid, eid)
+            conn.send(m.read_response(txn, EIO, lid, eid))
+            self._count(m.READ_ENTRY, EIO)
+
+    async def _read_lac(self, req: Request, conn: Responder) -> None:
+        lid = req.readLacRequest.ledgerId
+        try:
+            status, lac_body, last = await self.bookie.read_lac(lid)
+        except Exception:
+            log.exception("read LAC of ledger %d failed", lid)
+            status, lac_body, last = EIO, None, None
+        conn.send(m.read_lac_response(req.header.txnId, status, lid, lac_body, last))
+        self._count(m.READ_LAC, status)
+
+    def _write_lac(self, req: Request, conn: Responder) -> None:
+        wr = req.writeLacRequest
+        txn = req.header.txnId
+        lid = wr.ledgerId
+
+        def respond(status: int) -> None:
+            conn.send(m.write_lac_response(txn, status, lid))
+            self._count(m.WRITE_LAC, status)
+
+        self.bookie.write_lac(lid, wr.lac, wr.masterKey, wr.body, respond)
+
+    def _force(self, req: Request, conn: Responder) -> None:
+        txn = req.header.txnId
+        lid = req.forceLedgerRequest.ledgerId
+
+        def respond(status: int) -> None:
+            conn.send(m.force_ledger_response(txn, status, lid))
+            self._count(m.FORCE_LEDGER, status)
+
+        self.bookie.force_ledger(lid, respond)
+
+    def _write_close(self, req: Request, conn: Responder) -> None:
+        wc = req.writeCloseRequest
+        status = self.bookie.write_close(wc.ledgerId, wc.masterKey)
+        conn.send(m.write_close_response(req.header.txnId, status, wc.ledgerId))
+        self._count(m.WRITE_CLOSE, status)
+
+    def _bookie_info(self, req: Request, conn: Responder) -> None:
+        gb = req.getBookieInfoRequest
+        requested = (
+            gb.requested if gb.HasField("requested") else m.TOTAL_DISK_CAPACITY | m.FREE_DISK_SPACE
+        )
+        total, free = self.bookie.disk_capacity()
+        conn.send(
+            m.bookie_info_response(
+                req.header.txnId,
+                EOK,
+                total if requested & m.TOTAL_DISK_CAPACITY else None,
+                free if requested & m.FREE_DISK_SPACE else None,
+            )
+        )
+        self._count(m.GET_BOOKIE_INFO, EOK)

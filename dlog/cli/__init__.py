@@ -1,0 +1,21 @@
+"""The ``dlog`` command line."""
+
+from __future__ import annotations
+
+import typer
+
+from dlog.cli import bookie as _bookie
+from dlog.cli import shell as _shell
+
+app = typer.Typer(
+    name="dlog",
+    help="dlog: a replicated log on BookKeeper-compatible bookies, with metadata in ZooKeeper.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.command("bookie")(_bookie.bookie)
+app.add_typer(_shell.app, name="shell")
+
+
+def main() -> None:
+    app()

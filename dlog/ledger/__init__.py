@@ -1,0 +1,1 @@
+"""Ledgers: the client side of BookKeeper (metadata, digests, handles)."""

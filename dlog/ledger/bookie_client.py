@@ -1,0 +1,256 @@
+"""A pipelined connection to one bookie.
+
+Requests are framed and written as they are made (coalesced per loop
+iteration), responses are matched to their futures by ``txnId``. A lost
+connection fails every pending request with a retriable error; the ledger
+client decides whether to reconnect or to treat the bookie as failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable
+
+from google.protobuf.message import DecodeError
+
+from dlog.errors import (
+    BookieHandleNotAvailableError,
+    OperationTimeoutError,
+    ProtocolError,
+    error_for_status,
+)
+from dlog.protocol import messages as m
+from dlog.protocol.bookkeeper_pb2 import Request, Response
+from dlog.protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, FrameTooLargeError
+
+log = logging.getLogger(__name__)
+
+EOK = 0
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"bookie address {address!r} is not host:port")
+    return host, int(port)
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, client: BookieClient) -> None:
+        self.client = client
+        self.decoder = FrameDecoder(client.max_frame_size)
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.decoder.feed(data)
+        except FrameTooLargeError as e:
+            self.client._fail_all(
+                ProtocolError(f"bookie {self.client.address} sent an oversized frame: {e}")
+            )
+            if self.transport is not None:
+                self.transport.abort()
+            return
+        pending = self.client._pending
+        for payload in frames:
+            try:
+                resp = Response.FromString(payload)
+            except DecodeError as e:
+                self.client._fail_all(
+                    ProtocolError(f"bookie {self.client.address} sent an undecodable frame: {e}")
+                )
+                if self.transport is not None:
+                    self.transport.abort()
+                return
+            entry = pending.pop(resp.header.txnId, None)
+            if entry is None:
+                continue  # timed out earlier
+            fut, timer = entry
+            if timer is not None:
+                timer.cancel()
+            if not fut.done():
+                fut.set_result(resp)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client._connection_lost(exc)
+
+
+class BookieClient:
+    """One connection to one bookie, shared by every ledger using it."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        connect_timeout: float = 10.0,
+        on_close: Callable[[BookieClient], None] | None = None,
+    ) -> None:
+        self.address = address
+        self.host, self.port = split_address(address)
+        self.max_frame_size = max_frame_size
+        self.connect_timeout = connect_timeout
+        self._on_close = on_close
+        self._txn = itertools.count(1)
+        self._pending: dict[int, tuple[asyncio.Future[Response], asyncio.TimerHandle | None]] = {}
+        self._proto: _Connection | None = None
+        self._out: list[bytes] = []
+        self._flush_handle: asyncio.Handle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.closed = False
+
+    @property
+    def connected(self) -> bool:
+        return self._proto is not None and self._proto.transport is not None and not self.closed
+
+    async def connect(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        try:
+            _, proto = await asyncio.wait_for(
+                self._loop.create_connection(lambda: _Connection(self), self.host, self.port),
+                self.connect_timeout,
+            )
+        except (OSError, TimeoutError) as e:
+            raise BookieHandleNotAvailableError(
+                f"cannot connect to bookie {self.address}: {e}"
+            ) from None
+        self._proto = proto
+
+    async def close(self) -> None:
+        self.closed = True
+        if self._proto is not None and self._proto.transport is not None:
+            self._flush()
+            self._proto.transport.close()
+        self._fail_all(BookieHandleNotAvailableError(f"connection to bookie {self.address} closed"))
+
+    def abort(self) -> None:
+        self.closed = True
+        if self._proto is not None and self._proto.transport is not None:
+            self._proto.transport.abort()
+
+    # -- plumbing --------------------------------------------------------------------
+    def _connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._fail_all(
+            BookieHandleNotAvailableError(
+                f"lost connection to bookie {self.address}: {exc or 'closed'}"
+            )
+        )
+        if self._on_close is not None:
+            self._on_close(self)
+
+    def _fail_all(self, error: Exception) -> None:
+        pending, self._pending = self._pending, {}
+        for fut, timer in pending.values():
+            if timer is not None:
+                timer.cancel()
+            if not fut.done():
+                fut.set_exception(error)
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        if self._out and self._proto is not None and self._proto.transport is not None:
+            out, self._out = self._out, []
+            self._proto.transport.write(b"".join(out))
+
+    def _expire(self, txn: int) -> None:
+        entry = self._pending.pop(txn, None)
+        if entry is not None and not entry[0].done():
+            entry[0].set_exception(
+                OperationTimeoutError(f"bookie {self.address} did not answer in time")
+            )
+
+    def send(self, req: Request, timeout: float | None = None) -> asyncio.Future[Response]:
+        """Send ``req`` (its txnId is assigned here); the future gets the Response."""
+        loop = self._loop or asyncio.get_running_loop()
+        fut: asyncio.Future[Response] = loop.create_future()
+        if not self.connected:
+            fut.set_exception(
+                BookieHandleNotAvailableError(f"not connected to bookie {self.address}")
+            )
+            return fut
+        txn = next(self._txn)
+        req.header.txnId = txn
+        timer = loop.call_later(timeout, self._expire, txn) if timeout else None
+        self._pending[txn] = (fut, timer)
+        data = req.SerializeToString()
+        self._out.append(len(data).to_bytes(4, "big"))
+        self._out.append(data)
+        if self._flush_handle is None:
+            self._flush_handle = loop.call_soon(self._flush)
+        return fut
+
+    def send_raw(self, payload: bytes) -> None:
+        """Write an arbitrary frame payload (tests of malformed input)."""
+        if self._proto is not None and self._proto.transport is not None:
+            self._proto.transport.write(len(payload).to_bytes(4, "big") + payload)
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    # -- operations ---------------------------------------------------------------------
+    @staticmethod
+    def check(status: int, what: str) -> None:
+        if status != EOK:
+            raise error_for_status(status, what)
+
+    def add_entry(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        body: bytes,
+        *,
+        recovery: bool = False,
+        timeout: float | None = None,
+    ) -> asyncio.Future[Response]:
+        return self.send(m.add_request(0, ledger_id, entry_id, master_key, body, recovery), timeout)
+
+    async def read_entry(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        *,
+        fence: bool = False,
+        master_key: bytes | None = None,
+        previous_lac: int | None = None,
+        long_poll_timeout_ms: int | None = None,
+        piggyback: bool = False,
+        timeout: float | None = None,
+    ) -> Response:
+        req = m.read_request(
+            0,
+            ledger_id,
+            entry_id,
+            fence=fence,
+            master_key=master_key,
+            previous_lac=previous_lac,
+            timeout_ms=long_poll_timeout_ms,
+            piggyback=piggyback,
+        )
+        return await self.send(req, timeout)
+
+    async def read_lac(self, ledger_id: int, timeout: float | None = None) -> Response:
+        return await self.send(m.read_lac_request(0, ledger_id), timeout)
+
+    async def write_lac(
+        self, ledger_id: int, lac: int, master_key: bytes, body: bytes, timeout: float | None = None
+    ) -> Response:
+        return await self.send(m.write_lac_request(0, ledger_id, lac, master_key, body), timeout)
+
+    async def force_ledger(self, ledger_id: int, timeout: float | None = None) -> Response:
+        return await self.send(m.force_ledger_request(0, ledger_id), timeout)
+
+    async def write_close(
+        self, ledger_id: int, master_key: bytes, timeout: float | None = None
+    ) -> Response:
+        return await self.send(m.write_close_request(0, ledger_id, master_key), timeout)
+
+    async def bookie_info(self, timeout: float | None = None) -> Response:
+        return await self.send(m.bookie_info_request(0), timeout)
