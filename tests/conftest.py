@@ -43,3 +43,32 @@ async def zk(zk_server: ZooKeeperServer) -> AsyncIterator[ZooKeeper]:
     await client.start()
     yield client
     await client.stop()
+
+
+@pytest.fixture
+async def make_bookie(tmp_path, ledgers_uri):  # type: ignore[no-untyped-def]
+    """Start in-process bookies (real server, real files) sharing this
+    test's ledgers root; all are stopped at the end of the test."""
+    from dlog.bookie.bookie import Bookie
+    from dlog.sandbox.bookies import bookie_config
+    from dlog.sandbox.zookeeper import free_port
+
+    started: list[Bookie] = []
+
+    async def factory(name: str = "b0", port: int | None = None, **overrides: object) -> Bookie:
+        conf = bookie_config(
+            tmp_path / name,
+            port=port or free_port(),
+            metadata_service_uri=ledgers_uri,
+            **overrides,
+        )
+        bookie = Bookie(conf)
+        await bookie.start()
+        started.append(bookie)
+        return bookie
+
+    yield factory
+
+    for b in started:
+        if not b._stopped.is_set():
+            await b.stop()

@@ -16,6 +16,7 @@ from pathlib import Path
 from dlog.bookie import journal_format as jf
 from dlog.bookie.journal import Journal
 from dlog.bookie.ledger_storage import DbLedgerStorage
+from dlog.failpoints import failpoint
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ class Checkpointer:
             t0 = time.monotonic()
             marks = [j.last_synced_mark for j in self.journals]
             await self.storage.checkpoint()
+            failpoint("checkpoint.before_last_mark")
             loop = asyncio.get_running_loop()
             for i, mark in enumerate(marks):
                 await loop.run_in_executor(

@@ -29,6 +29,7 @@ from dlog.bookie.read_cache import ReadCache
 from dlog.bookie.write_cache import WriteCache
 from dlog.conf.bookie import BookieConfig
 from dlog.errors import NoSuchEntryError
+from dlog.failpoints import failpoint
 
 log = logging.getLogger(__name__)
 
@@ -140,10 +141,14 @@ class SingleDirectoryDbLedgerStorage:
         cache = self._flushing
         batch: list[tuple[int, int, int]] = []
         nbytes = 0
+        half = cache.count // 2
         for lid, eid, data in cache.sorted_entries():
             batch.append((lid, eid, self.manager.add_entry(lid, data)))
             nbytes += len(data)
+            if len(batch) == half:
+                failpoint("ledger_storage.flush.mid_entry_logs")
         self.manager.flush()
+        failpoint("ledger_storage.flush.before_index")
         if batch:
             self.locations.add_batch(batch)
         self.ledger_index.flush()

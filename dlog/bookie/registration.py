@@ -14,6 +14,7 @@ import asyncio
 import logging
 import uuid
 
+from dlog.ledger.layout import LAYOUT_DATA
 from dlog.zk import (
     KazooState,
     NodeExistsError,
@@ -24,8 +25,6 @@ from dlog.zk import (
 
 log = logging.getLogger(__name__)
 
-#: BookKeeper's LAYOUT znode for the hierarchical ledger manager factory.
-LAYOUT_DATA = b"2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:1"
 
 CLUSTER_CHILDREN = ("available", "available/readonly", "cookies", "underreplication", "idgen")
 

@@ -1,0 +1,1 @@
+"""Real ZooKeeper and bookie processes on loopback, for ``dlog sandbox`` and tests."""

@@ -108,8 +108,10 @@ class BookieProcess:
         *,
         port: int = 0,
         address: str = "127.0.0.1",
+        env: dict[str, str] | None = None,
         **overrides: Any,
     ) -> None:
+        self.env = dict(env or {})
         self.base_dir = Path(base_dir)
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port(address)
@@ -140,6 +142,7 @@ class BookieProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        env.update(self.env)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "dlog", "bookie", "--conf", str(self.conf_path)],
             stdout=log,

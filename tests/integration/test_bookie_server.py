@@ -1,0 +1,316 @@
+"""A real bookie (in-process server, real files, real ZooKeeper) answering
+BookKeeper v3 requests over TCP."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import time
+
+import pytest
+from kazoo.client import KazooClient
+
+from dlog.bookie.bookie import Bookie
+from dlog.bookie.registration import init_cluster
+from dlog.errors import (
+    EBADREQ,
+    EFENCED,
+    ENOENTRY,
+    ENOLEDGER,
+    EOK,
+    EREADONLY,
+    ETOOMANYREQUESTS,
+    EUA,
+    InvalidCookieError,
+)
+from dlog.ledger.bookie_client import BookieClient
+from dlog.ledger.digest import CRC32C, DigestManager
+from dlog.protocol import messages as m
+from dlog.zk import ZooKeeper
+
+KEY = DigestManager(1, CRC32C, b"pw").master_key
+
+
+def entry(ledger_id: int, entry_id: int, lac: int | None = None, payload: bytes | None = None) -> bytes:
+    payload = payload if payload is not None else f"entry-{ledger_id}-{entry_id}".encode()
+    dm = DigestManager(ledger_id, CRC32C, b"pw")
+    return dm.compute(entry_id, entry_id - 1 if lac is None else lac, (entry_id + 1) * len(payload), payload)
+
+
+async def connect(bookie: Bookie) -> BookieClient:
+    client = BookieClient(f"127.0.0.1:{bookie.server.port}")
+    await client.connect()
+    return client
+
+
+async def add(client: BookieClient, lid: int, eid: int, *, key: bytes = KEY, recovery: bool = False, **kw) -> int:
+    resp = await client.add_entry(lid, eid, key, entry(lid, eid, **kw), recovery=recovery)
+    return resp.status
+
+
+async def test_add_read_and_last_entry(make_bookie) -> None:
+    bookie = await make_bookie()
+    c = await connect(bookie)
+    statuses = await asyncio.gather(*(c.add_entry(7, i, KEY, entry(7, i)) for i in range(500)))
+    assert {r.status for r in statuses} == {EOK}
+    r = await c.read_entry(7, 123)
+    assert r.status == EOK and r.readResponse.body == entry(7, 123)
+    assert r.readResponse.maxLAC == 498  # the bookie learns the LAC piggybacked on adds
+    last = await c.read_entry(7, m.LAST_ADD_CONFIRMED)
+    assert last.status == EOK and last.readResponse.entryId == 499
+    # After a checkpoint the entries come from entry logs through the index.
+    await bookie.checkpointer.checkpoint()
+    for s in bookie.storage.dirs:
+        s.read_cache = type(s.read_cache)(0)
+        assert s.write_cache_count == 0
+    r = await c.read_entry(7, 321)
+    assert r.status == EOK and r.readResponse.body == entry(7, 321)
+    assert (await c.read_entry(8, 0)).status == ENOLEDGER
+    assert (await c.read_entry(7, 500)).status == ENOENTRY
+    await c.close()
+
+
+async def test_fencing_rejects_adds_but_not_recovery_adds(make_bookie, tmp_path, ledgers_uri) -> None:
+    bookie = await make_bookie()
+    c = await connect(bookie)
+    for i in range(3):
+        assert await add(c, 11, i) == EOK
+    r = await c.read_entry(11, -1, fence=True, master_key=KEY)
+    assert r.status == EOK and r.readResponse.entryId == 2
+    assert await add(c, 11, 3) == EFENCED
+    assert await add(c, 11, 3, recovery=True) == EOK
+    # Wrong key: the fence read and adds are refused.
+    assert (await c.read_entry(11, -1, fence=True, master_key=b"x" * 20)).status == EUA
+    # Fencing a ledger this bookie never saw creates it fenced: a late add
+    # from the old writer must still fail.
+    r = await c.read_entry(12, -1, fence=True, master_key=KEY)
+    assert r.status == ENOENTRY
+    assert await add(c, 12, 0) == EFENCED
+    await c.close()
+
+    # Fencing is durable: it survives a restart.
+    port = bookie.server.port
+    await bookie.stop()
+    again = await make_bookie("b0", port=port)
+    c = await connect(again)
+    assert await add(c, 11, 4) == EFENCED
+    assert await add(c, 12, 0) == EFENCED
+    r = await c.read_entry(11, 3)
+    assert r.status == EOK and r.readResponse.body == entry(11, 3)
+    await c.close()
+
+
+async def test_wrong_master_key_and_write_close(make_bookie) -> None:
+    bookie = await make_bookie()
+    c = await connect(bookie)
+    assert await add(c, 5, 0) == EOK
+    assert await add(c, 5, 1, key=b"another-key-20-bytes") == EUA
+    assert (await c.write_close(5, b"another-key-20-bytes")).status == EUA
+    assert (await c.write_close(5, KEY)).status == EOK
+    # Advisory: an unknown ledger is fine.
+    resp = await c.write_close(999, KEY)
+    assert resp.status == EOK and resp.writeCloseResponse.ledgerId == 999
+    # The id in the body must match the request.
+    assert (await c.add_entry(5, 2, KEY, entry(5, 3))).status == EBADREQ
+    await c.close()
+
+
+async def test_long_poll_lac(make_bookie) -> None:
+    bookie = await make_bookie()
+    c = await connect(bookie)
+    for i in range(3):
+        assert await add(c, 21, i) == EOK  # LAC piggybacked: 1
+    # LAC already past previousLAC: answered at once.
+    r = await c.read_entry(21, 1, previous_lac=0, long_poll_timeout_ms=10000, piggyback=True)
+    assert r.status == EOK and r.readResponse.maxLAC == 1 and r.readResponse.body == entry(21, 1)
+    # Wait for the LAC to move past 1.
+    t0 = time.monotonic()
+    poll = asyncio.ensure_future(c.read_entry(21, 2, previous_lac=1, long_poll_timeout_ms=10000, piggyback=True))
+    await asyncio.sleep(0.2)
+    assert not poll.done()
+    assert await add(c, 21, 3) == EOK  # piggybacks LAC 2
+    r = await asyncio.wait_for(poll, 5)
+    assert time.monotonic() - t0 < 5
+    assert r.status == EOK and r.readResponse.maxLAC == 2 and r.readResponse.body == entry(21, 2)
+    # Timeout: the LAC simply has not moved.
+    r = await c.read_entry(21, 3, previous_lac=2, long_poll_timeout_ms=300, piggyback=True)
+    assert r.status == EOK and r.readResponse.maxLAC == 2 and not r.readResponse.HasField("body")
+    # Explicit LAC (WRITE_LAC) also moves it, and READ_LAC returns both bodies.
+    lac_body = DigestManager(21, CRC32C, b"pw").compute_lac(3)
+    assert (await c.write_lac(21, 3, KEY, lac_body)).status == EOK
+    r = await c.read_lac(21)
+    assert r.status == EOK and r.readLacResponse.lacBody == lac_body
+    assert r.readLacResponse.lastEntryBody == entry(21, 3)
+    assert (await c.force_ledger(21)).status == EOK
+    await c.close()
+
+
+async def test_back_pressure_with_tiny_write_cache(make_bookie) -> None:
+    bookie = await make_bookie(dbStorage_writeCacheMaxSizeMb=1, dbStorage_maxThrottleTimeMs=300)
+    storage = bookie.storage.dirs[0]
+    release = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    original = storage._flush_frozen
+
+    def slow_flush() -> None:
+        asyncio.run_coroutine_threadsafe(release.wait(), loop).result()
+        original()
+
+    storage._flush_frozen = slow_flush
+    c = await connect(bookie)
+    payload = b"p" * (64 * 1024)
+    results = []
+    for i in range(40):  # 2.5 MiB into a 1 MiB cache (two 512 KiB halves)
+        r = await c.add_entry(31, i, KEY, entry(31, i, payload=payload))
+        results.append(r.status)
+        assert storage.write_cache_size <= 1024 * 1024
+    assert results[0] == EOK
+    assert ETOOMANYREQUESTS in results  # refused after dbStorage_maxThrottleTimeMs
+    assert storage.rejected_adds > 0
+    release.set()
+    await asyncio.sleep(0.2)
+    # Once the flush completes, adds are accepted again.
+    first_refused = results.index(ETOOMANYREQUESTS)
+    r = await c.add_entry(31, first_refused, KEY, entry(31, first_refused, payload=payload))
+    assert r.status == EOK
+    await c.close()
+
+
+async def test_full_disk_turns_read_only(make_bookie, zk: ZooKeeper, zk_root: str) -> None:
+    bookie = await make_bookie(diskUsageThreshold=0.00001, diskUsageLwmThreshold=0.0)
+    assert bookie.read_only
+    ro_path = f"{zk_root}/ledgers/available/readonly/{bookie.bookie_id}"
+    rw_path = f"{zk_root}/ledgers/available/{bookie.bookie_id}"
+    assert await zk.exists(ro_path) is not None
+    assert await zk.exists(rw_path) is None
+    c = await connect(bookie)
+    assert await add(c, 41, 0) == EREADONLY
+    assert (await c.write_lac(41, 0, KEY, b"x" * 24)).status == EREADONLY
+    # Space comes back (the thresholds are lifted): writable again.
+    bookie.disk.threshold, bookie.disk.lwm = 1.0, 0.999
+    bookie.disk.check()
+    assert not bookie.read_only
+    for _ in range(50):
+        if await zk.exists(rw_path) is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert await zk.exists(rw_path) is not None and await zk.exists(ro_path) is None
+    assert await add(c, 41, 0) == EOK
+    # And full again: reads still served, adds refused, nothing half-written.
+    bookie.disk.threshold, bookie.disk.lwm = 0.00001, 0.0
+    bookie.disk.check()
+    assert await add(c, 41, 1) == EREADONLY
+    r = await c.read_entry(41, 0)
+    assert r.status == EOK and r.readResponse.body == entry(41, 0)
+    assert (await c.read_entry(41, 1)).status == ENOENTRY
+    await c.close()
+
+
+async def test_cookie_protects_directories(make_bookie, tmp_path) -> None:
+    bookie = await make_bookie("b0")
+    c = await connect(bookie)
+    assert await add(c, 1, 0) == EOK
+    await c.close()
+    port = bookie.server.port
+    await bookie.stop()
+    # Same directories, different bookie id (port): they belong to another bookie.
+    with pytest.raises(InvalidCookieError, match="belongs to bookie|no cookie"):
+        await make_bookie("b0")
+    # A ledger directory that lost its cookie (wiped or replaced disk).
+    (tmp_path / "b0" / "ledgers" / "current" / "VERSION").unlink()
+    with pytest.raises(InvalidCookieError, match="lost its cookie"):
+        await make_bookie("b0", port=port)
+
+
+async def test_malformed_frames_close_only_that_connection(make_bookie) -> None:
+    bookie = await make_bookie(nettyMaxFrameSizeBytes=64 * 1024)
+    good = await connect(bookie)
+    assert await add(good, 1, 0) == EOK
+    port = bookie.server.port
+
+    def raw(data: bytes) -> bytes:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+            chunks = []
+            while True:
+                try:
+                    d = s.recv(65536)
+                except ConnectionResetError:
+                    break
+                if not d:
+                    break
+                chunks.append(d)
+            return b"".join(chunks)
+
+    loop = asyncio.get_running_loop()
+    # Oversized frame: closed without an answer.
+    assert await loop.run_in_executor(None, raw, struct.pack(">i", 10 * 1024 * 1024) + b"x" * 100) == b""
+    # Undecodable frame: closed without an answer.
+    assert await loop.run_in_executor(None, raw, struct.pack(">i", 5) + b"\xff\xff\xff\xff\xff") == b""
+    # Missing required fields: EBADREQ, matched by txnId.
+    req = m.add_request(77, 1, 1, KEY, b"")
+    req.addRequest.ClearField("body")
+    payload = req.SerializePartialToString()
+    answer = await loop.run_in_executor(None, raw, struct.pack(">i", len(payload)) + payload)
+    resp = m.Response.FromString(answer[4:])
+    assert resp.status == EBADREQ and resp.header.txnId == 77 and resp.addResponse.status == EBADREQ
+    # The well-behaved connection never noticed.
+    assert await add(good, 1, 1) == EOK
+    assert bookie.metrics.closed_connections.labels("frame_too_large")._value.get() == 1
+    assert bookie.metrics.closed_connections.labels("undecodable")._value.get() == 1
+    await good.close()
+
+
+async def test_registration_survives_session_expiry(make_bookie, zk: ZooKeeper, zk_root: str, zk_server) -> None:
+    bookie = await make_bookie()
+    path = f"{zk_root}/ledgers/available/{bookie.bookie_id}"
+    assert (await zk.exists(path)).ephemeralOwner == bookie.zk.session_id
+    old_session = bookie.zk.session_id
+    # Expire the bookie's session: another client attaches to it and closes it.
+    sid, passwd = bookie.zk.client.client_id
+    intruder = KazooClient(hosts=zk_server.connect_string, client_id=(sid, passwd))
+    intruder.start()
+    intruder.stop()
+    intruder.close()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        stat = await zk.exists(path)
+        if stat is not None and stat.ephemeralOwner != old_session:
+            break
+        await asyncio.sleep(0.1)
+    stat = await zk.exists(path)
+    assert stat is not None and stat.ephemeralOwner == bookie.zk.session_id != old_session
+
+
+async def test_cluster_layout_creation_is_race_safe(zk_server, zk_root: str) -> None:
+    clients = [ZooKeeper(zk_server.connect_string) for _ in range(6)]
+    await asyncio.gather(*(c.start() for c in clients))
+    root = f"{zk_root}/ledgers"
+    ids = await asyncio.gather(*(init_cluster(c, root) for c in clients))
+    assert len(set(ids)) == 1
+    children = set(await clients[0].get_children(root))
+    assert {"available", "cookies", "LAYOUT", "INSTANCEID", "idgen"} <= children
+    assert await clients[0].exists(f"{root}/available/readonly") is not None
+    await asyncio.gather(*(c.stop() for c in clients))
+
+
+async def test_checkpoint_persists_mark_and_collects_journals(make_bookie, tmp_path) -> None:
+    bookie = await make_bookie(journalMaxSizeMB=1, journalMaxBackups=1)
+    c = await connect(bookie)
+    payload = b"j" * 8192
+    for batch in range(6):  # ~3 MiB: several 1 MiB journals
+        await asyncio.gather(*(c.add_entry(3, batch * 64 + i, KEY, entry(3, batch * 64 + i, payload=payload)) for i in range(64)))
+    journal_dir = tmp_path / "b0" / "journal" / "current"
+    before = sorted(journal_dir.glob("*.txn"))
+    assert len(before) >= 3
+    marks = await bookie.checkpointer.checkpoint()
+    after = sorted(journal_dir.glob("*.txn"))
+    # Only the current journal and journalMaxBackups=1 older one remain.
+    assert len(after) == 2
+    mark_file = tmp_path / "b0" / "ledgers" / "current" / "lastMark"
+    assert mark_file.read_bytes() == marks[0].to_bytes()
+    r = await c.read_entry(3, 5)
+    assert r.status == EOK and r.readResponse.body == entry(3, 5, payload=payload)
+    await c.close()
