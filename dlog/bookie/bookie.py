@@ -464,12 +464,12 @@ class Bookie:
         """BP-32 advisory write close. Unknown ledgers are fine: EOK."""
         st = self._state(ledger_id)
         if st is None:
-            self.metrics.write_close.labels("false").inc()
+            self.metrics.write_close.inc(labels=("false",))
             return EOK
         if st.master_key != master_key:
             return EUA
         self.storage.write_close(ledger_id)  # type: ignore[union-attr]
-        self.metrics.write_close.labels("true").inc()
+        self.metrics.write_close.inc(labels=("true",))
         return EOK
 
     def disk_capacity(self) -> tuple[int, int]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from dlog.bookie import journal_format as jf
@@ -36,7 +37,10 @@ class Checkpointer:
         storage: DbLedgerStorage,
         ledger_dirs: list[Path],
         interval_ms: int,
+        *,
+        on_checkpoint: Callable[[float], None] | None = None,
     ) -> None:
+        self._on_checkpoint = on_checkpoint
         self.journals = journals
         self.storage = storage
         self.ledger_dirs = ledger_dirs
@@ -62,6 +66,8 @@ class Checkpointer:
                 await loop.run_in_executor(None, journal.gc, mark)
             self.checkpoints += 1
             self.last_duration = time.monotonic() - t0
+            if self._on_checkpoint is not None:
+                self._on_checkpoint(self.last_duration)
             self.last_marks = marks
             return marks
 

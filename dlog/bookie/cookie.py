@@ -78,6 +78,9 @@ class Cookie:
             text_format.Parse(rest, fmt)
         except text_format.ParseError as e:
             raise InvalidCookieError(f"{where}: cookie is not readable: {e}") from None
+        if not fmt.IsInitialized():  # BookKeeper's CookieFormat.Builder.build() rejects these too
+            missing = ", ".join(fmt.FindInitializationErrors())
+            raise InvalidCookieError(f"{where}: cookie lacks required fields: {missing}")
         return cls(fmt.bookieHost, fmt.journalDir, fmt.ledgerDirs, fmt.instanceId or None, version)
 
     def mismatch(self, other: Cookie) -> str | None:

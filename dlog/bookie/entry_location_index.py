@@ -8,12 +8,13 @@ the 8-byte location ``(logId << 32) | offset``.
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from rocksdict import WriteBatch
+from rocksdict import WriteBatch, WriteOptions
 
-from dlog.bookie.rocksdb import open_db, sync_write_options
+from dlog.bookie.rocksdb import open_db
 
 _KEY = struct.Struct(">qq")
 _VALUE = struct.Struct(">q")
@@ -24,7 +25,7 @@ class EntryLocationIndex:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._db = open_db(path)
-        self._sync = sync_write_options()
+        self._nosync = WriteOptions()
 
     def get(self, ledger_id: int, entry_id: int) -> int | None:
         value = self._db.get(_KEY.pack(ledger_id, entry_id))
@@ -53,13 +54,27 @@ class EntryLocationIndex:
             it.next()
         return out
 
-    def add_batch(self, items: Iterable[tuple[int, int, int]]) -> None:
-        """Write locations atomically and durably (before the checkpoint
-        that lets the journal forget these entries)."""
+    def add_batch(self, items: Iterable[tuple[int, int, int]], chunk: int = 8192) -> None:
+        """Write locations durably (before the checkpoint that lets the
+        journal forget these entries).
+
+        Written in chunks, yielding between them: RocksDB holds the GIL for a
+        whole write, and one write of a full cache would stall the event
+        loop. The WAL is synced once at the end, which covers every chunk."""
+        key, value = _KEY.pack, _VALUE.pack
         wb = WriteBatch(raw_mode=True)
+        n = 0
         for lid, eid, loc in items:
-            wb.put(_KEY.pack(lid, eid), _VALUE.pack(loc))
-        self._db.write(wb, self._sync)
+            wb.put(key(lid, eid), value(loc))
+            n += 1
+            if n == chunk:
+                self._db.write(wb, self._nosync)
+                wb = WriteBatch(raw_mode=True)
+                n = 0
+                time.sleep(0)
+        if n:
+            self._db.write(wb, self._nosync)
+        self._db.flush_wal(True)
 
     def delete_ledger(self, ledger_id: int) -> None:
         self._db.delete_range(_KEY.pack(ledger_id, 0), _KEY.pack(ledger_id, _MAX_ENTRY))

@@ -33,6 +33,8 @@ INVALID_LID = -1
 LEDGERS_MAP_ENTRY_ID = -2
 LEDGERS_MAP_MAX_BATCH_SIZE = 10000
 MAX_LOG_SIZE = 0xFFFFFFFF  # offsets must fit the low 32 bits of a location
+#: Buffered entry bytes handed to the kernel before a flush asks for them.
+WRITE_THRESHOLD = 4 << 20
 
 _HEADER = struct.Struct(">4siqi")
 _SIZE = struct.Struct(">i")
@@ -92,7 +94,8 @@ class EntryLogFile:
         os.pwrite(self._fd, header_bytes(), 0)
         self.size = HEADER_SIZE  # logical size, including buffered bytes
         self._written = HEADER_SIZE  # bytes handed to the OS
-        self._buffer = bytearray()
+        self._parts: list[bytes] = []  # size prefixes and entries not yet written
+        self._parts_bytes = 0
         self._unsynced = 0
         self._flush_every = flush_every_bytes
         self.ledgers: dict[int, int] = {}
@@ -101,35 +104,60 @@ class EntryLogFile:
     def can_fit(self, n: int, limit: int) -> bool:
         return self.size + 4 + n <= min(limit, MAX_LOG_SIZE)
 
-    def add(self, ledger_id: int, entry: bytes) -> int:
-        n = len(entry)
-        self._buffer += _SIZE.pack(n)
-        self._buffer += entry
-        pos = self.size + 4
-        self.size = pos + n
-        self.ledgers[ledger_id] = self.ledgers.get(ledger_id, 0) + n + 4
-        if len(self._buffer) >= 1 << 20:
-            self._write_buffer()
-        return location(self.log_id, pos)
+    def room(self, limit: int) -> int:
+        """Bytes (size prefixes included) that still fit under ``limit``."""
+        return min(limit, MAX_LOG_SIZE) - self.size
 
-    def _write_buffer(self) -> None:
-        if not self._buffer:
-            return
-        data = bytes(self._buffer)
-        view = memoryview(data)
-        pos = 0
-        while pos < len(data):
-            pos += os.pwrite(self._fd, view[pos:], self._written + pos)
-        self._written += len(data)
-        self._unsynced += len(data)
-        self._buffer.clear()
+    def add(self, ledger_id: int, entry: bytes) -> int:
+        return self.add_batch(ledger_id, [entry])[0]
+
+    def add_batch(self, ledger_id: int, entries: list[bytes]) -> list[int]:
+        """Append entries of one ledger; returns their locations. The bytes
+        are handed to the kernel with pwritev, never copied in Python."""
+        base = self.log_id << 32
+        pos = self.size
+        locations = []
+        parts = self._parts
+        pack = _SIZE.pack
+        for data in entries:
+            n = len(data)
+            parts.append(pack(n))
+            parts.append(data)
+            pos += 4
+            locations.append(base | pos)
+            pos += n
+        added = pos - self.size
+        self.size = pos
+        self._parts_bytes += added
+        self.ledgers[ledger_id] = self.ledgers.get(ledger_id, 0) + added
+        if self._parts_bytes >= WRITE_THRESHOLD:
+            self._write_parts()
+        return locations
+
+    def _write_parts(self) -> None:
+        parts, self._parts = self._parts, []
+        offset = self._written
+        for i in range(0, len(parts), 1024):  # IOV_MAX
+            chunk = parts[i : i + 1024]
+            expected = sum(map(len, chunk))
+            written = os.pwritev(self._fd, chunk, offset)
+            if written < expected:
+                rest = memoryview(b"".join(chunk))[written:]
+                done = 0
+                while done < len(rest):
+                    done += os.pwrite(self._fd, rest[done:], offset + written + done)
+            offset += expected
+        self._unsynced += offset - self._written
+        self._written = offset
+        self._parts_bytes = 0
         if self._flush_every and self._unsynced >= self._flush_every:
             os.fdatasync(self._fd)
             self._unsynced = 0
 
     def flush(self) -> None:
         """Make every added entry durable."""
-        self._write_buffer()
+        if self._parts:
+            self._write_parts()
         if self._unsynced or self._written == HEADER_SIZE:
             os.fdatasync(self._fd)
             self._unsynced = 0
@@ -138,7 +166,8 @@ class EntryLogFile:
         """Append the ledgers map, patch the header, sync and close."""
         if self.sealed:
             return
-        self._write_buffer()
+        if self._parts:
+            self._write_parts()
         map_offset = self._written
         records = ledgers_map_records(self.ledgers)
         os.pwrite(self._fd, records, map_offset)

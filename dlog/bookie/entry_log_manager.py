@@ -45,8 +45,26 @@ class EntryLogManager(abc.ABC):
 
     def add_entry(self, ledger_id: int, entry: bytes) -> int:
         """Append ``entry``; returns its location. Durable only after :meth:`flush`."""
+        return self.add_entries(ledger_id, [entry])[0]
+
+    def add_entries(self, ledger_id: int, entries: list[bytes]) -> list[int]:
+        """Append a ledger's entries in order; returns their locations. A
+        batch that would overflow a log continues in the next one."""
+        locations: list[int] = []
+        limit = self.log_size_limit
         with self._lock:
-            return self._log_for(ledger_id, len(entry)).add(ledger_id, entry)
+            i = 0
+            while i < len(entries):
+                f = self._log_for(ledger_id, len(entries[i]))
+                room = f.room(limit)
+                j = i
+                while j < len(entries) and room >= len(entries[j]) + 4:
+                    room -= len(entries[j]) + 4
+                    j += 1
+                j = max(j, i + 1)  # _log_for guaranteed the first one fits
+                locations += f.add_batch(ledger_id, entries[i:j])
+                i = j
+        return locations
 
     def flush(self) -> None:
         """Sync every open log and seal the rotated ones."""

@@ -27,22 +27,25 @@ _OP_LABELS = {op: name.lower() for op, name in m.OP_NAMES.items()}
 class Responder(Protocol):
     def send(self, response: Response) -> None: ...
 
+    def send_bytes(self, data: bytes) -> None: ...
+
 
 class RequestProcessor:
     def __init__(self, bookie: Bookie) -> None:
         self.bookie = bookie
         self.metrics = bookie.metrics
-        self._counters: dict[tuple[int, int], object] = {}
+        self._labels: dict[tuple[int, int], tuple[str, str]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     def _count(self, op: int, status: int) -> None:
         key = (op, status)
-        c = self._counters.get(key)
-        if c is None:
-            c = self._counters[key] = self.metrics.requests.labels(
-                _OP_LABELS.get(op, str(op)), STATUS_NAMES.get(status, str(status))
+        labels = self._labels.get(key)
+        if labels is None:
+            labels = self._labels[key] = (
+                _OP_LABELS.get(op, str(op)),
+                STATUS_NAMES.get(status, str(status)),
             )
-        c.inc()  # type: ignore[attr-defined]
+        self.metrics.requests.inc(labels=labels)
 
     def _spawn(self, coro: object) -> None:
         task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
@@ -92,7 +95,7 @@ class RequestProcessor:
         latency = self.metrics.add_latency
 
         def respond(status: int) -> None:
-            conn.send(m.add_response(txn, status, lid, eid))
+            conn.send_bytes(m.encode_add_response(txn, status, lid, eid))
             latency.observe(time.monotonic() - t0)
             self._count(m.ADD_ENTRY, status)
 

@@ -82,9 +82,12 @@ class BookieConnection(asyncio.Protocol):
 
     # -- output -------------------------------------------------------------------------
     def send(self, response: Response) -> None:
+        self.send_bytes(response.SerializeToString())
+
+    def send_bytes(self, data: bytes) -> None:
+        """Queue an encoded Response; writes are coalesced per loop iteration."""
         if self.closed:
             return
-        data = response.SerializeToString()
         self._out.append(len(data).to_bytes(4, "big"))
         self._out.append(data)
         if self._flush_handle is None:
@@ -109,7 +112,7 @@ class BookieConnection(asyncio.Protocol):
 
     def abort(self, reason: str, detail: str) -> None:
         log.warning("closing connection from %s: %s", self.peer, detail)
-        self.server.bookie.metrics.closed_connections.labels(reason).inc()
+        self.server.bookie.metrics.closed_connections.inc(labels=(reason,))
         self.closed = True
         if self.transport is not None:
             self.transport.abort()

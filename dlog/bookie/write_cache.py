@@ -26,12 +26,13 @@ class WriteCache:
     def put(self, ledger_id: int, entry_id: int, data: bytes) -> bool:
         """Cache an entry; False when it does not fit (the caller swaps halves)."""
         cost = len(data) + ENTRY_OVERHEAD
-        if self.size + cost > self.max_bytes and self.count:
-            return False
         entries = self._ledgers.get(ledger_id)
+        old = entries.get(entry_id) if entries is not None else None
+        freed = len(old) + ENTRY_OVERHEAD if old is not None else 0
+        if self.size - freed + cost > self.max_bytes and self.count:
+            return False
         if entries is None:
             entries = self._ledgers[ledger_id] = {}
-        old = entries.get(entry_id)
         if old is not None:
             self.size -= len(old) + ENTRY_OVERHEAD
             self.count -= 1
@@ -62,6 +63,28 @@ class WriteCache:
         if entries:
             self.size -= sum(len(d) + ENTRY_OVERHEAD for d in entries.values())
             self.count -= len(entries)
+
+    def ledger_ids(self) -> list[int]:
+        return sorted(self._ledgers)
+
+    def sorted_ledger(self, ledger_id: int) -> tuple[list[int], list[bytes]]:
+        """A ledger's entry ids in order and their data, for a batched flush."""
+        entries = self._ledgers.get(ledger_id) or {}
+        ids = sorted(entries)
+        return ids, [entries[e] for e in ids]
+
+    def release(self, chunk: int = 4096) -> None:
+        """Empty the cache a piece at a time: dropping hundreds of thousands
+        of entries at once would hold the GIL (and stall the loop) for long."""
+        import time
+
+        for entries in list(self._ledgers.values()):
+            keys = list(entries)
+            for i in range(0, len(keys), chunk):
+                for k in keys[i : i + chunk]:
+                    del entries[k]
+                time.sleep(0)
+        self.clear()
 
     def sorted_entries(self) -> Iterator[tuple[int, int, bytes]]:
         """Entries ordered by (ledgerId, entryId), for a sequential flush."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from dlog.cli import bookie as _bookie
+from dlog.cli import conf as _conf
 from dlog.cli import shell as _shell
 
 app = typer.Typer(
@@ -15,6 +16,7 @@ app = typer.Typer(
 )
 app.command("bookie")(_bookie.bookie)
 app.add_typer(_shell.app, name="shell")
+app.add_typer(_conf.app, name="conf")
 
 
 def main() -> None:

@@ -9,6 +9,7 @@ keys and bad values with a message that names the key.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import types
 import typing
@@ -134,9 +135,12 @@ def _convert(key: str, tp: Any, raw: Any) -> Any:
         if isinstance(raw, bool):
             raise ConfigError(key, f"expected a number, got {raw!r}")
         try:
-            return float(raw)
+            value = float(raw)
         except (TypeError, ValueError):
             raise ConfigError(key, f"expected a number, got {raw!r}") from None
+        if not math.isfinite(value):  # NaN would slip past every min/max check
+            raise ConfigError(key, f"expected a finite number, got {raw!r}")
+        return value
     if base is str:
         if not isinstance(raw, str):
             raise ConfigError(key, f"expected a string, got {raw!r}")

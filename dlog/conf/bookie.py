@@ -166,7 +166,7 @@ class BookieConfig(Config):
     journal_queue_size: int = setting(
         "journalQueueSize",
         10000,
-        "Entries that may wait for the journal before new adds are refused with ETOOMANYREQUESTS.",
+        "Records that may wait for the journal before the bookie stops reading new requests (back-pressure).",
         min=1,
     )
 

@@ -167,6 +167,13 @@ class BookieClient:
 
     def send(self, req: Request, timeout: float | None = None) -> asyncio.Future[Response]:
         """Send ``req`` (its txnId is assigned here); the future gets the Response."""
+        txn = next(self._txn)
+        req.header.txnId = txn
+        return self._send_encoded(txn, req.SerializeToString(), timeout)
+
+    def _send_encoded(
+        self, txn: int, data: bytes, timeout: float | None
+    ) -> asyncio.Future[Response]:
         loop = self._loop or asyncio.get_running_loop()
         fut: asyncio.Future[Response] = loop.create_future()
         if not self.connected:
@@ -174,11 +181,8 @@ class BookieClient:
                 BookieHandleNotAvailableError(f"not connected to bookie {self.address}")
             )
             return fut
-        txn = next(self._txn)
-        req.header.txnId = txn
         timer = loop.call_later(timeout, self._expire, txn) if timeout else None
         self._pending[txn] = (fut, timer)
-        data = req.SerializeToString()
         self._out.append(len(data).to_bytes(4, "big"))
         self._out.append(data)
         if self._flush_handle is None:
@@ -210,7 +214,10 @@ class BookieClient:
         recovery: bool = False,
         timeout: float | None = None,
     ) -> asyncio.Future[Response]:
-        return self.send(m.add_request(0, ledger_id, entry_id, master_key, body, recovery), timeout)
+        txn = next(self._txn)
+        return self._send_encoded(
+            txn, m.encode_add_request(txn, ledger_id, entry_id, master_key, body, recovery), timeout
+        )
 
     async def read_entry(
         self,

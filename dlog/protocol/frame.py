@@ -24,38 +24,57 @@ def encode_frame(payload: bytes) -> bytes:
 class FrameDecoder:
     """Incremental decoder: :meth:`feed` bytes as they arrive, get whole
     frame payloads back. A length over ``max_frame_size`` (or a negative
-    one) raises :class:`FrameTooLargeError`; the caller closes the stream."""
+    one) raises :class:`FrameTooLargeError`; the caller closes the stream.
 
-    __slots__ = ("_buf", "max_frame_size")
+    Payloads are zero-copy ``memoryview`` slices of immutable ``bytes``, so
+    they stay valid after the next :meth:`feed`; protobuf parses them
+    directly. A large frame arriving in many chunks is joined once, when
+    it is complete."""
+
+    __slots__ = ("_chunks", "_buffered", "_needed", "max_frame_size")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
-        self._buf = bytearray()
+        self._chunks: list[bytes] = []
+        self._buffered = 0
+        self._needed = 0  # bytes needed before the pending frame is complete
         self.max_frame_size = max_frame_size
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return self._buffered
 
-    def feed(self, data: bytes) -> list[bytes]:
-        buf = self._buf
-        buf += data
-        frames: list[bytes] = []
+    def feed(self, data: bytes) -> list[memoryview]:
+        if self._chunks:
+            self._chunks.append(data)
+            self._buffered += len(data)
+            if self._buffered < self._needed:
+                return []
+            data = b"".join(self._chunks)
+            self._chunks = []
+            self._buffered = 0
+        view = memoryview(data)
+        frames: list[memoryview] = []
         pos = 0
-        end = len(buf)
+        end = len(data)
         limit = self.max_frame_size
+        needed = HEADER_SIZE
         while end - pos >= HEADER_SIZE:
-            size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
+            size = int.from_bytes(view[pos : pos + 4], "big", signed=True)
             if size < 0 or size > limit:
                 raise FrameTooLargeError(
                     f"frame of {size} bytes exceeds nettyMaxFrameSizeBytes={limit}"
                     if size >= 0
                     else f"negative frame length {size}"
                 )
-            if end - pos - HEADER_SIZE < size:
-                break
             start = pos + HEADER_SIZE
-            frames.append(bytes(buf[start : start + size]))
+            if end - start < size:
+                needed = HEADER_SIZE + size
+                break
+            frames.append(view[start : start + size])
             pos = start + size
-        if pos:
-            del buf[:pos]
+        if pos < end:
+            rest = bytes(view[pos:])
+            self._chunks = [rest]
+            self._buffered = len(rest)
+            self._needed = needed
         return frames

@@ -61,11 +61,10 @@ def _header(operation: int, txn_id: int) -> pb.BKPacketHeader:
 
 def request_problem(req: pb.Request) -> str | None:
     """Why ``req`` cannot be served (missing required fields or body), or None."""
-    if not req.HasField("header"):
-        return "request has no header"
-    errors = req.FindInitializationErrors()
-    if errors:
-        return "missing required fields: " + ", ".join(errors)
+    if not req.IsInitialized():
+        if not req.HasField("header"):
+            return "request has no header"
+        return "missing required fields: " + ", ".join(req.FindInitializationErrors())
     fields = OP_FIELDS.get(req.header.operation)
     if fields is not None and not req.HasField(fields[0]):
         return (
@@ -258,3 +257,99 @@ def bookie_info_request(
         header=_header(GET_BOOKIE_INFO, txn_id),
         getBookieInfoRequest=pb.GetBookieInfoRequest(requested=requested),
     )
+
+
+# ---------------------------------------------------------------------------
+# Hand-encoded hot-path messages
+#
+# Building a Response through the protobuf API costs several microseconds;
+# adds are the bookie's hottest path, so the add request and response are
+# also encoded directly here. They produce exactly the bytes protobuf does
+# (tests/unit/test_wire_fast_path.py checks it against the generated code).
+# ---------------------------------------------------------------------------
+
+_VARINT_CACHE = [bytes([i]) for i in range(128)]
+
+
+def _varint(value: int) -> bytes:
+    if value < 0:
+        value += 1 << 64
+    if value < 0x80:
+        return _VARINT_CACHE[value]
+    if value < 0x4000:
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
+    if value < 0x200000:
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
+    if value < 0x10000000:
+        return bytes(
+            (
+                (value & 0x7F) | 0x80,
+                ((value >> 7) & 0x7F) | 0x80,
+                ((value >> 14) & 0x7F) | 0x80,
+                value >> 21,
+            )
+        )
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+# header {version=3 (field 1), operation (field 2), txnId (field 3)}
+_HEADER_PREFIX = {op: b"\x08\x03\x10" + _varint(op) + b"\x18" for op in OP_NAMES}
+
+
+def _header_bytes(operation: int, txn_id: int) -> bytes:
+    body = _HEADER_PREFIX[operation] + _varint(txn_id)
+    return b"\x0a" + _varint(len(body)) + body
+
+
+_ADD_HEADER_PREFIX = _HEADER_PREFIX[ADD_ENTRY]
+
+
+def encode_add_response(txn_id: int, status: int, ledger_id: int, entry_id: int) -> bytes:
+    """``add_response(...).SerializeToString()``, without building messages."""
+    st = _varint(status)
+    sub = b"".join((b"\x08", st, b"\x10", _varint(ledger_id), b"\x18", _varint(entry_id)))
+    header = _ADD_HEADER_PREFIX + _varint(txn_id)
+    return b"".join(
+        (
+            b"\x0a",
+            _VARINT_CACHE[len(header)],
+            header,
+            b"\x10",
+            st,
+            b"\xaa\x06",
+            _VARINT_CACHE[len(sub)],
+            sub,
+        )
+    )
+
+
+def encode_add_request(
+    txn_id: int,
+    ledger_id: int,
+    entry_id: int,
+    master_key: bytes,
+    body: bytes,
+    recovery: bool = False,
+) -> bytes:
+    """``add_request(...).SerializeToString()``, without building messages."""
+    sub = b"".join(
+        (
+            b"\x08",
+            _varint(ledger_id),
+            b"\x10",
+            _varint(entry_id),
+            b"\x1a",
+            _varint(len(master_key)),
+            master_key,
+            b"\x22",
+            _varint(len(body)),
+            body,
+            b"\xa0\x06\x01" if recovery else b"",
+        )
+    )
+    return _header_bytes(ADD_ENTRY, txn_id) + b"\xaa\x06" + _varint(len(sub)) + sub

@@ -50,7 +50,10 @@ async def verify(address: str, count: int) -> None:
     await client.connect()
     try:
         for base in range(0, count, 500):
-            keys = [(LEDGERS[i % len(LEDGERS)], i // len(LEDGERS)) for i in range(base, min(base + 500, count))]
+            keys = [
+                (LEDGERS[i % len(LEDGERS)], i // len(LEDGERS))
+                for i in range(base, min(base + 500, count))
+            ]
             responses = await asyncio.gather(*(client.read_entry(lid, eid) for lid, eid in keys))
             for (lid, eid), r in zip(keys, responses, strict=True):
                 assert r.status == EOK, f"ledger {lid} entry {eid}: status {r.status}"
@@ -76,19 +79,29 @@ def wait_for(path: Path, timeout: float = 60.0) -> None:
         "checkpoint.before_last_mark",
     ],
 )
-def test_kill_9_keeps_every_acknowledged_entry(tmp_path: Path, ledgers_uri: str, failpoint: str | None) -> None:
+def test_kill_9_keeps_every_acknowledged_entry(
+    tmp_path: Path, ledgers_uri: str, failpoint: str | None
+) -> None:
     fp_dir = tmp_path / "failpoints"
-    env = {"DLOG_FAILPOINTS": f"{failpoint}=pause", "DLOG_FAILPOINT_DIR": str(fp_dir)} if failpoint else {}
+    env = (
+        {"DLOG_FAILPOINTS": f"{failpoint}=pause", "DLOG_FAILPOINT_DIR": str(fp_dir)}
+        if failpoint
+        else {}
+    )
     # With a failpoint, the first checkpoint (after the adds) stops at it.
     interval = 3000 if failpoint else 600000
-    bookie = BookieProcess(tmp_path / "bookie", ledgers_uri, env=env, flushInterval=interval).start()
+    bookie = BookieProcess(
+        tmp_path / "bookie", ledgers_uri, env=env, flushInterval=interval
+    ).start()
     address = bookie.bookie_id
     asyncio.run(write(address, 0, TOTAL))
     if failpoint:
         wait_for(fp_dir / failpoint)
     bookie.kill()
 
-    again = BookieProcess(tmp_path / "bookie", ledgers_uri, port=bookie.port, flushInterval=interval).start()
+    again = BookieProcess(
+        tmp_path / "bookie", ledgers_uri, port=bookie.port, flushInterval=interval
+    ).start()
     try:
         asyncio.run(verify(address, TOTAL))
         assert "replayed" in again.log_tail(200)
@@ -108,7 +121,9 @@ def test_kill_9_after_a_checkpoint_and_more_adds(tmp_path: Path, ledgers_uri: st
     time.sleep(1.0)  # let a checkpoint cover the first half
     asyncio.run(write(address, TOTAL // 2, TOTAL // 2))
     bookie.kill()
-    again = BookieProcess(tmp_path / "bookie", ledgers_uri, port=bookie.port, flushInterval=300).start()
+    again = BookieProcess(
+        tmp_path / "bookie", ledgers_uri, port=bookie.port, flushInterval=300
+    ).start()
     try:
         asyncio.run(verify(address, TOTAL))
     finally:

@@ -1,0 +1,52 @@
+# dlog: every target installs what it needs on a fresh Debian machine.
+#   make demo   install, start ZooKeeper and a bookie, run the end-to-end job
+#   make test   install, run the whole test suite
+#   make proto  regenerate dlog/protocol/*_pb2.py from proto/
+#   make bench  install, run the benchmarks (JSON on stdout)
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+EXTRAS ?= test
+STAMP := $(VENV)/.installed-$(EXTRAS)
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+PROTOS := $(wildcard proto/*.proto)
+PYTEST_ARGS ?= -n 2 --dist loadfile
+
+.PHONY: demo test proto bench install system-deps lint clean
+
+system-deps:
+	@if ! dpkg -s zookeeper >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then \
+		echo "installing ZooKeeper (Debian package) and Java"; \
+		$(SUDO) apt-get update && $(SUDO) apt-get install -y zookeeper; \
+	fi
+
+$(STAMP): pyproject.toml | system-deps
+	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip >/dev/null
+	$(PIP) install -e '.[$(EXTRAS)]'
+	@touch $(STAMP)
+
+install: system-deps $(STAMP)
+
+demo: install
+	$(PY) examples/bookie_roundtrip.py
+
+test: install
+	$(PY) -m ruff check dlog subscriptions tests bench examples
+	$(PY) -m pytest $(PYTEST_ARGS) tests
+
+proto: install
+	$(PY) -m grpc_tools.protoc -I proto --python_out=dlog/protocol --pyi_out=dlog/protocol $(PROTOS)
+
+bench: install
+	$(PY) bench/bookie_add.py
+
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,1 @@
+"""Subscriptions stores: where each consumer keeps its position in a stream."""

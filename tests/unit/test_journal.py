@@ -1,0 +1,672 @@
+"""Journal file format (dlog.bookie.journal_format) and the group-committing
+Journal (dlog.bookie.journal), on real files in tmp_path."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import struct
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dlog.bookie.journal as journal_mod
+from dlog.bookie import journal_format as jf
+from dlog.bookie.journal import Journal
+from dlog.conf.bookie import BookieConfig
+from dlog.errors import EIO, EOK, CorruptedFileError
+from dlog.sandbox.bookies import bookie_config
+
+URI = "zk+hierarchical://127.0.0.1:2181/ledgers"
+
+
+def record(ledger_id: int, entry_id: int, payload: bytes = b"") -> bytes:
+    return struct.pack(">qq", ledger_id, entry_id) + payload
+
+
+def write_journal(path: Path, records: list[bytes], tail: bytes = b"") -> list[int]:
+    """A journal file written by hand: header, framed records, ``tail``.
+    Returns the offset after each record."""
+    data = bytearray(jf.header_bytes())
+    ends = []
+    for r in records:
+        data += struct.pack(">i", len(r)) + r
+        ends.append(len(data))
+    data += tail
+    path.write_bytes(bytes(data))
+    return ends
+
+
+# ---------------------------------------------------------------------------
+# journal_format: header, padding, meta records, marks
+# ---------------------------------------------------------------------------
+
+
+def test_header_layout(tmp_path: Path) -> None:
+    h = jf.header_bytes()
+    assert len(h) == jf.HEADER_SIZE == 512
+    assert h[:4] == b"BKLG"
+    assert struct.unpack(">i", h[4:8])[0] == jf.VERSION == 6
+    assert h[8:] == bytes(504)
+    assert jf.check_header(h, tmp_path) == 512
+
+
+def test_check_header_old_versions_and_errors(tmp_path: Path) -> None:
+    # Before V5 there was no 512-byte padding: records start at 8.
+    assert jf.check_header(b"BKLG" + struct.pack(">i", 4), tmp_path) == 8
+    assert jf.check_header(b"BKLG" + struct.pack(">i", 5) + bytes(504), tmp_path) == 512
+    for bad in (
+        b"",
+        b"BKL",
+        b"BKLO" + struct.pack(">i", 6),
+        b"BKLG" + struct.pack(">i", 0),
+        b"BKLG" + struct.pack(">i", 7),
+        b"BKLG" + struct.pack(">i", -1),
+    ):
+        with pytest.raises(CorruptedFileError):
+            jf.check_header(bad, tmp_path)
+
+
+def test_journal_file_names_and_listing(tmp_path: Path) -> None:
+    assert jf.journal_file_name(255) == "ff.txn"
+    for name in ("1.txn", "a.txn", "ff.txn", "2.log", "junk.txn", "lastMark", "10.txn.tmp"):
+        (tmp_path / name).write_bytes(b"")
+    assert jf.list_journal_ids(tmp_path) == [1, 10, 255]
+    assert jf.list_journal_ids(tmp_path / "missing") == []
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    position=st.integers(min_value=0, max_value=1 << 34),
+    alignment=st.sampled_from([512, 1024, 4096, 8192]),
+)
+def test_padding_record_aligns_every_position(position: int, alignment: int) -> None:
+    pad = jf.padding_record(position, alignment)
+    assert (position + len(pad)) % alignment == 0
+    if position % alignment == 0:
+        assert pad == b""
+        return
+    # A padding record needs its 8-byte head; it never overshoots by a whole block.
+    assert 8 <= len(pad) < alignment + 8
+    mask, n = struct.unpack(">ii", pad[:8])
+    assert mask == jf.PADDING_MASK == -0x100
+    assert n == len(pad) - 8
+    assert pad[8:] == bytes(n)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    payloads=st.lists(st.binary(min_size=0, max_size=700), min_size=1, max_size=6),
+    alignment=st.sampled_from([512, 1024]),
+)
+def test_scan_skips_padding_between_groups(
+    tmp_path_factory: pytest.TempPathFactory, payloads: list[bytes], alignment: int
+) -> None:
+    path = tmp_path_factory.mktemp("pad") / "1.txn"
+    data = bytearray(jf.header_bytes())
+    records = [record(7, i, p) for i, p in enumerate(payloads)]
+    for r in records:  # one group per record, each padded like the journal does
+        data += jf.frame_record(r)
+        data += jf.padding_record(len(data), alignment)
+        assert len(data) % alignment == 0
+    data += bytes(alignment)
+    path.write_bytes(bytes(data))
+    assert [r for _, r in jf.scan_journal(path)] == records
+
+
+def test_meta_records_parse() -> None:
+    key = bytes(range(20))
+    r = jf.ledger_key_record(12, key)
+    assert jf.parse_ids(r) == (12, jf.METAENTRY_ID_LEDGER_KEY) == (12, -0x1000)
+    assert jf.parse_meta_payload(r) == key
+    assert len(r) == 16 + 4 + 20
+
+    assert jf.parse_ids(jf.fence_record(13)) == (13, -0x2000)
+    assert len(jf.fence_record(13)) == 16
+    assert jf.parse_ids(jf.force_ledger_record(14)) == (14, -0x4000)
+
+    lac = b"lac-body-bytes"
+    r = jf.explicit_lac_record(15, lac)
+    assert jf.parse_ids(r) == (15, jf.METAENTRY_ID_LEDGER_EXPLICITLAC) == (15, -0x8000)
+    assert jf.parse_meta_payload(r) == lac
+    assert jf.parse_meta_payload(jf.ledger_key_record(1, b"")) == b""
+    # big-endian layout, as BookKeeper writes it
+    assert r[:8] == (15).to_bytes(8, "big")
+    assert r[8:16] == (-0x8000).to_bytes(8, "big", signed=True)
+
+
+def test_meta_record_errors() -> None:
+    with pytest.raises(CorruptedFileError):
+        jf.parse_ids(b"\0" * 15)
+    good = jf.ledger_key_record(1, b"k" * 10)
+    with pytest.raises(CorruptedFileError):
+        jf.parse_meta_payload(good[:19])
+    with pytest.raises(CorruptedFileError):
+        jf.parse_meta_payload(good[:-1])  # claims 10 bytes, has 9
+    bad = good[:16] + struct.pack(">i", -1) + good[20:]
+    with pytest.raises(CorruptedFileError):
+        jf.parse_meta_payload(bad)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    a=st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1)),
+    b=st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1)),
+)
+def test_logmark_bytes_and_order(a: tuple[int, int], b: tuple[int, int]) -> None:
+    ma, mb = jf.LogMark(*a), jf.LogMark(*b)
+    data = ma.to_bytes()
+    assert len(data) == 16
+    assert data == struct.pack(">qq", *a)
+    assert jf.LogMark.from_bytes(data) == ma
+    assert (ma < mb) == (a < b)
+    assert (ma == mb) == (a == b)
+    assert max(ma, mb) == jf.LogMark(*max(a, b))
+
+
+def test_logmark_defaults_and_bad_bytes() -> None:
+    assert jf.LogMark() == jf.LogMark(0, 0)
+    assert jf.LogMark(1, 0) > jf.LogMark(0, 10**9)
+    assert jf.LogMark(2, 5) < jf.LogMark(2, 6)
+    for bad in (b"", b"\0" * 15, b"\0" * 17):
+        with pytest.raises(CorruptedFileError):
+            jf.LogMark.from_bytes(bad)
+
+
+# ---------------------------------------------------------------------------
+# scan_journal
+# ---------------------------------------------------------------------------
+
+
+def test_scan_yields_records_with_end_offsets_and_stops_at_zeros(tmp_path: Path) -> None:
+    recs = [record(1, i, bytes([i]) * (i * 10)) for i in range(6)]
+    path = tmp_path / "1.txn"
+    ends = write_journal(path, recs, tail=bytes(8192))
+    out = list(jf.scan_journal(path))
+    assert [r for _, r in out] == recs
+    assert [o for o, _ in out] == ends
+    # start from the middle: only later records
+    assert [r for _, r in jf.scan_journal(path, ends[2])] == recs[3:]
+    assert list(jf.scan_journal(path, ends[-1])) == []
+    # a start offset inside the header is clamped to the first record
+    assert [r for _, r in jf.scan_journal(path, 3)] == recs
+
+
+def test_scan_data_after_zero_length_is_ignored(tmp_path: Path) -> None:
+    recs = [record(1, 0, b"a"), record(1, 1, b"b")]
+    path = tmp_path / "1.txn"
+    write_journal(path, recs, tail=b"\0\0\0\0" + jf.frame_record(record(1, 2, b"late")))
+    assert [r for _, r in jf.scan_journal(path)] == recs
+
+
+def test_scan_header_only_and_bad_header(tmp_path: Path) -> None:
+    path = tmp_path / "1.txn"
+    path.write_bytes(jf.header_bytes())
+    assert list(jf.scan_journal(path)) == []
+    path.write_bytes(b"XXXX" + bytes(508))
+    with pytest.raises(CorruptedFileError):
+        list(jf.scan_journal(path))
+
+
+def test_scan_torn_tail_at_every_offset(tmp_path: Path) -> None:
+    recs = [record(3, i, os.urandom(40 + i)) for i in range(4)]
+    full = tmp_path / "full.txn"
+    ends = write_journal(full, recs)
+    data = full.read_bytes()
+    last_start = ends[-2]
+    torn = tmp_path / "torn.txn"
+    for cut in range(last_start, len(data)):
+        torn.write_bytes(data[:cut])
+        out = list(jf.scan_journal(torn))
+        assert [r for _, r in out] == recs[:-1], cut
+    torn.write_bytes(data)
+    assert [r for _, r in jf.scan_journal(torn)] == recs
+
+
+def test_scan_torn_padding_record(tmp_path: Path) -> None:
+    recs = [record(3, 0, b"x" * 30)]
+    data = bytearray(jf.header_bytes())
+    data += jf.frame_record(recs[0])
+    pad = jf.padding_record(len(data), 512)
+    full = bytes(data + pad)
+    path = tmp_path / "p.txn"
+    for cut in range(len(data), len(full) + 1):
+        path.write_bytes(full[:cut])
+        assert [r for _, r in jf.scan_journal(path)] == recs
+
+
+@pytest.mark.parametrize(
+    "length",
+    [0x7FFFFFFF, jf.MAX_RECORD_SIZE + 1, -1, -0x101, -(2**31), 5000],
+)
+def test_scan_stops_at_garbage_length(tmp_path: Path, length: int) -> None:
+    recs = [record(1, 0, b"first"), record(1, 1, b"second")]
+    path = tmp_path / "g.txn"
+    write_journal(path, recs, tail=struct.pack(">i", length) + b"garbage" * 10)
+    assert [r for _, r in jf.scan_journal(path)] == recs
+
+
+def test_scan_stops_at_garbage_padding_length(tmp_path: Path) -> None:
+    recs = [record(1, 0, b"first")]
+    path = tmp_path / "g.txn"
+    write_journal(path, recs, tail=struct.pack(">ii", jf.PADDING_MASK, -8) + bytes(100))
+    assert [r for _, r in jf.scan_journal(path)] == recs
+    write_journal(path, recs, tail=struct.pack(">ii", jf.PADDING_MASK, 1 << 30) + bytes(100))
+    assert [r for _, r in jf.scan_journal(path)] == recs
+
+
+# ---------------------------------------------------------------------------
+# lastMark
+# ---------------------------------------------------------------------------
+
+
+def test_last_mark_max_across_dirs_and_corrupt_ignored(tmp_path: Path) -> None:
+    dirs = [tmp_path / f"d{i}" for i in range(4)]
+    for d in dirs:
+        d.mkdir()
+    assert jf.read_last_mark(dirs) == jf.LogMark()
+    (dirs[0] / "lastMark").write_bytes(jf.LogMark(3, 4096).to_bytes())
+    (dirs[1] / "lastMark").write_bytes(jf.LogMark(5, 512).to_bytes())
+    (dirs[2] / "lastMark").write_bytes(b"corrupt, wrong length")
+    # dirs[3] has none
+    assert jf.read_last_mark(dirs) == jf.LogMark(5, 512)
+    # a corrupt file holding a huge value is not believed
+    (dirs[2] / "lastMark").write_bytes(jf.LogMark(99, 0).to_bytes()[:-1])
+    assert jf.read_last_mark(dirs) == jf.LogMark(5, 512)
+    assert jf.read_last_mark([tmp_path / "missing"]) == jf.LogMark()
+
+
+def test_write_last_mark_replaces_in_every_dir(tmp_path: Path) -> None:
+    dirs = [tmp_path / f"d{i}" for i in range(3)]
+    for d in dirs:
+        d.mkdir()
+    jf.write_last_mark(dirs, jf.LogMark(2, 1024))
+    jf.write_last_mark(dirs, jf.LogMark(3, 512))
+    for d in dirs:
+        assert (d / "lastMark").read_bytes() == struct.pack(">qq", 3, 512)
+        assert sorted(os.listdir(d)) == ["lastMark"]
+    assert jf.read_last_mark(dirs) == jf.LogMark(3, 512)
+    jf.write_last_mark(dirs, jf.LogMark(4, 0), name="otherMark")
+    assert jf.read_last_mark(dirs, name="otherMark") == jf.LogMark(4, 0)
+    assert jf.read_last_mark(dirs) == jf.LogMark(3, 512)
+
+
+# ---------------------------------------------------------------------------
+# Journal
+# ---------------------------------------------------------------------------
+
+
+def jconf(tmp_path: Path, **overrides: Any) -> BookieConfig:
+    values: dict[str, Any] = {"journalPreAllocSizeMB": 1}
+    values.update(overrides)
+    return bookie_config(tmp_path, port=3181, metadata_service_uri=URI, **values)
+
+
+def jdir(tmp_path: Path) -> Path:
+    d = tmp_path / "journal"
+    d.mkdir(exist_ok=True)
+    return d
+
+
+class Collector:
+    """Callbacks that record their statuses and resolve futures."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.statuses: list[int] = []
+        self.futures: list[asyncio.Future[int]] = []
+
+    def callback(self) -> Any:
+        fut: asyncio.Future[int] = self.loop.create_future()
+        self.futures.append(fut)
+
+        def cb(status: int) -> None:
+            self.statuses.append(status)
+            assert not fut.done(), "callback called twice"
+            fut.set_result(status)
+
+        return cb
+
+    async def wait(self, timeout: float = 10.0) -> list[int]:
+        return list(await asyncio.wait_for(asyncio.gather(*self.futures), timeout))
+
+
+def all_records(directory: Path) -> list[bytes]:
+    out = []
+    for jid in jf.list_journal_ids(directory):
+        out += [r for _, r in jf.scan_journal(directory / jf.journal_file_name(jid))]
+    return out
+
+
+async def test_records_durable_after_callback(tmp_path: Path) -> None:
+    d = jdir(tmp_path)
+    j = Journal(d, jconf(tmp_path))
+    j.start()
+    try:
+        c = Collector()
+        recs = [record(1, i, os.urandom(i % 50)) for i in range(50)]
+        for r in recs:
+            j.log(r, c.callback())
+        assert await c.wait() == [EOK] * 50
+        # Read back while the journal is still open: everything acknowledged is there.
+        assert all_records(d) == recs
+        assert j.pending_records == 0
+        assert j.stats.records == j.stats.records_synced == 50
+        assert j.last_synced_mark.journal_id == j.current_journal_id == 1
+        assert j.last_synced_mark.offset % 512 == 0
+        assert j.last_synced_mark.offset > jf.HEADER_SIZE
+    finally:
+        await j.close()
+    assert all_records(d) == recs
+
+
+async def test_log_without_callback_and_wait_synced(tmp_path: Path) -> None:
+    d = jdir(tmp_path)
+    j = Journal(d, jconf(tmp_path, journalMaxGroupWaitMSec=5000))
+    j.start()
+    try:
+        for i in range(10):
+            j.log(record(2, i))
+        assert j.pending_records == 10
+        await asyncio.wait_for(j.wait_synced(), 2.0)
+        assert j.pending_records == 0
+        assert [jf.parse_ids(r) for r in all_records(d)] == [(2, i) for i in range(10)]
+        await j.wait_synced()  # nothing pending: returns at once
+    finally:
+        await j.close()
+
+
+async def test_group_commit_shares_fsyncs(tmp_path: Path) -> None:
+    d = jdir(tmp_path)
+    j = Journal(d, jconf(tmp_path))
+    j.start()
+    try:
+        c = Collector()
+        n = 2000
+        for i in range(n):
+            j.log(record(9, i, b"x" * 100), c.callback())
+            if i % 100 == 99:
+                await asyncio.sleep(0)
+        assert await c.wait() == [EOK] * n
+        assert j.stats.records_synced == n
+        assert 1 <= j.stats.fsyncs <= n // 10, j.stats
+        assert j.stats.groups <= n // 10
+        assert len(all_records(d)) == n
+    finally:
+        await j.close()
+
+
+async def test_no_group_handed_over_before_timer(tmp_path: Path) -> None:
+    d = jdir(tmp_path)
+    j = Journal(d, jconf(tmp_path, journalMaxGroupWaitMSec=5000))
+    j.start()
+    try:
+        for i in range(20):
+            j.log(record(1, i))
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        # Below every threshold and without flush-when-empty: still grouping.
+        assert j.stats.groups == 0
+        assert j.pending_records == 20
+    finally:
+        await j.close()
+    assert len(all_records(d)) == 20
+
+
+async def test_entries_threshold_triggers_groups(tmp_path: Path) -> None:
+    d = jdir(tmp_path)
+    conf = jconf(tmp_path, journalMaxGroupWaitMSec=5000, journalBufferedEntriesThreshold=10)
+    j = Journal(d, conf)
+    j.start()
+    try:
+        c = Collector()
+        for i in range(100):
+            j.log(record(1, i), c.callback())
+        assert j.stats.groups == 10
+        # Every group was handed over: completion does not wait for the 5 s timer.
+        assert await c.wait(timeout=2.0) == [EOK] * 100
+        j.log(record(1, 100), c.callback())
+        assert j.stats.groups == 10  # a lone record waits for its group
+    finally:
+        await j.close()
+    assert c.statuses == [EOK] * 101
+
+
+async def test_bytes_threshold_triggers_groups(tmp_path: Path) -> None:
+    d = jdir(tmp_path)
+    conf = jconf(tmp_path, journalMaxGroupWaitMSec=5000, journalBufferedWritesThreshold=4096)
+    j = Journal(d, conf)
+    j.start()
+    try:
+        c = Collector()
+        for i in range(40):
+            j.log(record(1, i, b"p" * (1020 - 16)), c.callback())  # 1024 bytes framed
+        assert j.stats.groups == 10
+        assert await c.wait(timeout=2.0) == [EOK] * 40
+    finally:
+        await j.close()
+    assert len(all_records(d)) == 40
+
+
+async def test_flush_when_queue_empty_does_not_wait_for_timer(tmp_path: Path) -> None:
+    d = jdir(tmp_path)
+    conf = jconf(tmp_path, journalMaxGroupWaitMSec=5000, journalFlushWhenQueueEmpty=True)
+    j = Journal(d, conf)
+    j.start()
+    try:
+        c = Collector()
+        for i in range(5):
+            j.log(record(1, i), c.callback())
+        assert j.stats.groups == 0  # handed over once this burst is done
+        assert await c.wait(timeout=2.0) == [EOK] * 5
+        assert j.stats.groups == 1
+        c2 = Collector()
+        j.log(record(1, 5), c2.callback())
+        assert await c2.wait(timeout=2.0) == [EOK]
+        assert j.stats.groups == 2
+    finally:
+        await j.close()
+
+
+async def test_zero_max_wait_flushes_each_record(tmp_path: Path) -> None:
+    d = jdir(tmp_path)
+    j = Journal(d, jconf(tmp_path, journalMaxGroupWaitMSec=0))
+    j.start()
+    try:
+        c = Collector()
+        for i in range(7):
+            j.log(record(1, i), c.callback())
+        assert j.stats.groups == 7
+        assert await c.wait() == [EOK] * 7
+    finally:
+        await j.close()
+
+
+async def _log_all(j: Journal, recs: list[bytes]) -> None:
+    c = Collector()
+    for r in recs:
+        j.log(r, c.callback())
+    assert await c.wait() == [EOK] * len(recs)
+
+
+async def test_rolling_and_replay(tmp_path: Path) -> None:
+    d = jdir(tmp_path)
+    conf = jconf(tmp_path, journalMaxSizeMB=1)
+    recs = [record(5, i, os.urandom(64 * 1024)) for i in range(56)]  # ~3.5 MiB
+    j = Journal(d, conf)
+    j.start()
+    try:
+        half = len(recs) // 2
+        await _log_all(j, recs[:half])
+        mid = j.last_synced_mark
+        await _log_all(j, recs[half:])
+        assert j.stats.rolls >= 2
+    finally:
+        await j.close()
+    ids = jf.list_journal_ids(d)
+    assert len(ids) >= 3
+    assert ids == list(range(1, len(ids) + 1))
+    assert j.stats.rolls == len(ids) - 1
+    for jid in ids:
+        size = (d / jf.journal_file_name(jid)).stat().st_size
+        assert size <= 2 * 1024 * 1024  # rolled near 1 MiB (plus preallocation)
+
+    j2 = Journal(d, conf)
+    assert list(j2.replay_records(jf.LogMark())) == recs
+    assert j2.last_synced_mark.journal_id == ids[-1]
+
+    j3 = Journal(d, conf)
+    assert list(j3.replay_records(mid)) == recs[half:]
+    end = j3.last_synced_mark
+    assert end > mid
+
+    j4 = Journal(d, conf)
+    assert list(j4.replay_records(end)) == []
+
+
+async def test_restart_opens_new_file_and_replays_everything(tmp_path: Path) -> None:
+    d = jdir(tmp_path)
+    conf = jconf(tmp_path)
+    first = [record(1, i, b"a") for i in range(5)]
+    second = [record(1, i, b"b") for i in range(5, 9)]
+    j = Journal(d, conf)
+    j.start()
+    await _log_all(j, first)
+    await j.close()
+    j = Journal(d, conf)
+    assert list(j.replay_records(jf.LogMark())) == first
+    j.start()
+    assert j.current_journal_id == 2
+    assert j.last_synced_mark >= jf.LogMark(2, jf.HEADER_SIZE)
+    await _log_all(j, second)
+    await j.close()
+    assert list(Journal(d, conf).replay_records(jf.LogMark())) == first + second
+    assert list(Journal(d, conf).replay_records(jf.LogMark(2, 0))) == second
+
+
+async def test_gc_keeps_max_backups(tmp_path: Path) -> None:
+    d = jdir(tmp_path)
+    conf = jconf(tmp_path, journalMaxBackups=2)
+    for i in range(8):
+        j = Journal(d, conf)
+        j.start()
+        await _log_all(j, [record(1, i)])
+        await j.close()
+    assert jf.list_journal_ids(d) == list(range(1, 9))
+    j = Journal(d, conf)
+    # Checkpoint inside journal 3: only 1 and 2 are older; both are backups.
+    assert j.gc(jf.LogMark(3, 1024)) == []
+    assert jf.list_journal_ids(d) == list(range(1, 9))
+    # Checkpoint inside journal 8: 1..7 are older, keep the newest 2 of them.
+    assert j.gc(jf.LogMark(8, 512)) == [1, 2, 3, 4, 5]
+    assert jf.list_journal_ids(d) == [6, 7, 8]
+    # Replay from the checkpoint still works.
+    assert list(j.replay_records(jf.LogMark(8, 0))) == [record(1, 7)]
+
+
+async def test_gc_with_zero_backups(tmp_path: Path) -> None:
+    d = jdir(tmp_path)
+    conf = jconf(tmp_path, journalMaxBackups=0)
+    for i in range(3):
+        j = Journal(d, conf)
+        j.start()
+        await _log_all(j, [record(1, i)])
+        await j.close()
+    assert Journal(d, conf).gc(jf.LogMark(3, 0)) == [1, 2]
+    assert jf.list_journal_ids(d) == [3]
+
+
+@pytest.mark.parametrize(
+    "what", [("pwrite", "pwritev"), ("fdatasync",), ("posix_fallocate",)], ids=str
+)
+async def test_io_failure_reports_eio_and_never_eok_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: tuple[str, ...]
+) -> None:
+    d = jdir(tmp_path)
+    errors: list[OSError] = []
+    j = Journal(d, jconf(tmp_path), on_error=errors.append)
+    j.start()
+    armed = False
+
+    def failing(real: Any) -> Any:
+        def call(*args: Any) -> Any:
+            if armed:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return real(*args)
+
+        return call
+
+    for name in what:
+        monkeypatch.setattr(journal_mod.os, name, failing(getattr(journal_mod.os, name)))
+    try:
+        await _log_all(j, [record(1, 0, b"before")])
+        armed = True
+        c = Collector()
+        # Big enough to need more preallocated space (1 MiB steps).
+        for i in range(1, 4):
+            j.log(record(1, i, b"z" * 600 * 1024), c.callback())
+        assert await c.wait() == [EIO] * 3
+        assert j.failed is not None and j.failed.errno == errno.ENOSPC
+        await asyncio.sleep(0)
+        assert errors and errors[0].errno == errno.ENOSPC
+        # Once failed, the journal never acknowledges again, even if the disk recovers.
+        armed = False
+        c2 = Collector()
+        for i in range(4, 10):
+            j.log(record(1, i), c2.callback())
+        await j.wait_synced()
+        assert await c2.wait() == [EIO] * 6
+        assert EOK not in c.statuses + c2.statuses
+    finally:
+        await j.close()
+    assert jf.parse_ids(all_records(d)[0]) == (1, 0)
+
+
+async def test_groups_queued_behind_a_failed_write_never_succeed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A group already handed to the journal thread when an earlier group's
+    sync fails must get EIO too, even if the disk works again by then."""
+    d = jdir(tmp_path)
+    j = Journal(d, jconf(tmp_path, journalMaxGroupWaitMSec=0))
+    j.start()
+    entered = threading.Event()
+    proceed = threading.Event()
+    state = {"armed": False, "gate_used": False, "failures": 0}
+    real_pwritev = journal_mod.os.pwritev
+    real_fdatasync = journal_mod.os.fdatasync
+
+    def gated_pwritev(*args: Any) -> Any:
+        if state["armed"] and not state["gate_used"]:
+            state["gate_used"] = True
+            entered.set()
+            assert proceed.wait(10)
+        return real_pwritev(*args)
+
+    def fail_once_fdatasync(fd: int) -> None:
+        if state["armed"] and state["failures"] == 0:
+            state["failures"] += 1
+            raise OSError(errno.EIO, "injected")
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(journal_mod.os, "pwritev", gated_pwritev)
+    monkeypatch.setattr(journal_mod.os, "fdatasync", fail_once_fdatasync)
+    try:
+        await _log_all(j, [record(1, 0)])
+        state["armed"] = True
+        c = Collector()
+        j.log(record(1, 1), c.callback())  # group A: its write blocks, then its sync fails
+        assert await asyncio.to_thread(entered.wait, 10)
+        j.log(record(1, 2), c.callback())  # group B: queued while A is in flight
+        assert j.stats.groups == 3
+        proceed.set()
+        assert await c.wait() == [EIO, EIO]
+        assert state["failures"] == 1  # the disk "recovered" before B was handled
+    finally:
+        proceed.set()
+        await j.close()
