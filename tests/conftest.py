@@ -3,6 +3,7 @@ fresh ZooKeeper root per test so tests never see each other's znodes."""
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -11,6 +12,10 @@ import pytest
 
 from dlog.sandbox.zookeeper import ZooKeeperServer
 from dlog.zk import ZooKeeper
+
+# Clients still connected when the session's ZooKeeper stops log a warning
+# per reconnect attempt; it is noise in test output.
+logging.getLogger("kazoo.client").setLevel(logging.ERROR)
 
 
 @pytest.fixture(scope="session")
@@ -72,3 +77,23 @@ async def make_bookie(tmp_path, ledgers_uri):  # type: ignore[no-untyped-def]
     for b in started:
         if not b._stopped.is_set():
             await b.stop()
+
+
+@pytest.fixture
+def bookie_cluster(tmp_path, ledgers_uri):  # type: ignore[no-untyped-def]
+    """Start N real bookie processes (``python -m dlog bookie``) on this
+    test's ledgers root; they can be kill -9'd and restarted."""
+    from dlog.sandbox.bookies import BookieCluster
+
+    clusters: list[BookieCluster] = []
+
+    def factory(count: int = 3, **overrides: object) -> BookieCluster:
+        cluster = BookieCluster(
+            tmp_path / f"cluster-{len(clusters)}", ledgers_uri, count, **overrides
+        )
+        clusters.append(cluster)
+        return cluster.start()
+
+    yield factory
+    for c in clusters:
+        c.stop()
