@@ -15,7 +15,7 @@ from dlog.zk import ZooKeeper
 
 # Clients still connected when the session's ZooKeeper stops log a warning
 # per reconnect attempt; it is noise in test output.
-logging.getLogger("kazoo.client").setLevel(logging.ERROR)
+logging.getLogger("kazoo").setLevel(logging.ERROR)
 
 
 @pytest.fixture(scope="session")
