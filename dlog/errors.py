@@ -28,6 +28,14 @@ class DLogError(Exception):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(code={self.code}, message={self.message!r})"
 
+    def clone(self) -> DLogError:
+        """A fresh instance of the same error (for failing many callers with
+        one cause without sharing a traceback), whatever ``__init__`` takes."""
+        new = type(self).__new__(type(self))
+        new.args = self.args
+        new.__dict__.update(self.__dict__)
+        return new
+
 
 class ConfigError(DLogError, ValueError):
     """A configuration key is unknown or its value is invalid."""

@@ -261,3 +261,75 @@ class BookieClient:
 
     async def bookie_info(self, timeout: float | None = None) -> Response:
         return await self.send(m.bookie_info_request(0), timeout)
+
+
+class BookieClientPool:
+    """One pipelined connection per bookie, opened on first use and
+    reopened (with backoff) after it drops."""
+
+    def __init__(self, *, connect_timeout: float = 10.0, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self.connect_timeout = connect_timeout
+        self.max_frame_size = max_frame_size
+        self._clients: dict[str, BookieClient] = {}
+        self._connecting: dict[str, asyncio.Future[BookieClient]] = {}
+        self.closed = False
+
+    async def get(self, address: str) -> BookieClient:
+        """A connected client for ``address``; BookieHandleNotAvailableError
+        when the bookie cannot be reached after a few quick attempts."""
+        client = self._clients.get(address)
+        if client is not None and client.connected:
+            return client
+        if self.closed:
+            from dlog.errors import ClientClosedError
+
+            raise ClientClosedError("bookie client pool is closed")
+        pending = self._connecting.get(address)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[BookieClient] = asyncio.get_running_loop().create_future()
+        self._connecting[address] = fut
+        try:
+            client = await self._connect(address)
+            self._clients[address] = client
+            fut.set_result(client)
+            return client
+        except BaseException as e:
+            fut.set_exception(e)
+            fut.exception()  # retrieved: other waiters re-raise it themselves
+            raise
+        finally:
+            self._connecting.pop(address, None)
+
+    async def _connect(self, address: str) -> BookieClient:
+        from dlog.retry import RetryPolicy
+
+        policy = RetryPolicy(attempts=3, initial_backoff=0.05, max_backoff=0.5, jitter=0.05)
+
+        async def attempt() -> BookieClient:
+            client = BookieClient(
+                address,
+                connect_timeout=self.connect_timeout,
+                max_frame_size=self.max_frame_size,
+                on_close=self._forget,
+            )
+            await client.connect()
+            return client
+
+        return await policy.call(attempt, lambda e: isinstance(e, BookieHandleNotAvailableError))
+
+    def _forget(self, client: BookieClient) -> None:
+        if self._clients.get(client.address) is client:
+            del self._clients[client.address]
+
+    def drop(self, address: str) -> None:
+        """Abort the connection to a bookie that misbehaved (e.g. timed out)."""
+        client = self._clients.pop(address, None)
+        if client is not None:
+            client.abort()
+
+    async def close(self) -> None:
+        self.closed = True
+        clients, self._clients = self._clients, {}
+        for c in clients.values():
+            await c.close()

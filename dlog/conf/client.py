@@ -1,0 +1,73 @@
+"""Ledger client settings, with BookKeeper's ClientConfiguration key names."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from dlog.conf.base import Config, setting
+
+
+def _metadata_uri(value: str) -> str | None:
+    from dlog.uri import parse_metadata_service_uri
+
+    try:
+        parse_metadata_service_uri(value)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientConfig(Config):
+    title = "dlog ledger client configuration (BookKeeper ClientConfiguration key names)"
+
+    metadata_service_uri: str = setting(
+        "metadataServiceUri",
+        "zk+hierarchical://localhost:2181/ledgers",
+        "Where ledger metadata and bookie registrations live.",
+        check=_metadata_uri,
+    )
+    zk_timeout: int = setting("zkTimeout", 10000, "ZooKeeper session timeout.", min=1000, unit="ms")
+    add_entry_timeout_sec: int = setting(
+        "addEntryTimeoutSec",
+        5,
+        "A bookie that does not answer an add within this time is treated as failed "
+        "(the writer replaces it with an ensemble change).",
+        min=1,
+        unit="s",
+    )
+    read_entry_timeout_sec: int = setting(
+        "readEntryTimeoutSec",
+        5,
+        "A bookie that does not answer a read within this time is treated as failed "
+        "(the reader tries the next replica).",
+        min=1,
+        unit="s",
+    )
+    client_connect_timeout_millis: int = setting(
+        "clientConnectTimeoutMillis", 10000, "Timeout to open a connection to a bookie.", min=100, unit="ms"
+    )
+    bookie_failure_history_expiration_msec: int = setting(
+        "bookieFailureHistoryExpirationMSec",
+        60000,
+        "A bookie that failed within this time is not chosen for a new ensemble "
+        "while enough other bookies are available.",
+        min=0,
+        unit="ms",
+    )
+    store_systemtime_as_ledger_creation_time: bool = setting(
+        "storeSystemtimeAsLedgerCreationTime",
+        False,
+        "Store the creation time (ctime) in ledger metadata.",
+    )
+    advisory_write_close_enabled: bool = setting(
+        "advisoryWriteCloseEnabled",
+        True,
+        "Send BP-32 WRITE_CLOSE hints to the ensemble when a ledger is closed or recovered (dlog extension).",
+    )
+    max_outstanding_reads: int = setting(
+        "maxOutstandingReads",
+        256,
+        "Entries a range read keeps in flight at once.",
+        min=1,
+    )

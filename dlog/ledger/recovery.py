@@ -1,0 +1,130 @@
+"""Ledger recovery: fence a ledger whose writer may be gone, and close it
+at the last entry that may have been acknowledged.
+
+1. Mark the metadata IN_RECOVERY, so the old writer's next metadata update
+   fails and it learns it was fenced.
+2. Fence-read the LAC from the last ensemble until every write quorum is
+   covered: from then on the old writer can no longer reach an ack quorum.
+3. Read forward from LAC + 1 (fencing reads). An entry found on any bookie
+   may have been acknowledged, so it is re-added with RECOVERY_ADD to its
+   write set; an entry that ``W - A + 1`` bookies of its write set do not
+   have cannot have been acknowledged, and ends the ledger.
+4. Close the metadata at the last recovered entry (compare-and-set; a
+   concurrent recoverer that closed it first at the same entry is fine).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from dlog.errors import (
+    ENOENTRY,
+    ENOLEDGER,
+    EOK,
+    BKError,
+    DigestMismatchError,
+    LedgerRecoveryError,
+    MetadataVersionError,
+)
+from dlog.ledger.metadata import LedgerMetadata, LedgerState
+from dlog.ledger.quorum import write_set
+from dlog.ledger.read_handle import ReadHandle, ensemble_lac
+from dlog.ledger.write_handle import WriteHandle
+
+if TYPE_CHECKING:
+    from dlog.ledger.client import BookKeeper
+
+log = logging.getLogger(__name__)
+
+READ_BATCH = 16
+
+
+async def recover(client: BookKeeper, handle: ReadHandle, password: bytes) -> None:
+    """Recover ``handle``'s ledger in place (its metadata ends up CLOSED)."""
+    store = client.metadata_store
+    lid = handle.ledger_id
+    md, version = handle._md, handle._md_version
+    # 1. IN_RECOVERY
+    while not md.is_closed and md.state != LedgerState.IN_RECOVERY:
+        try:
+            version = await store.write(md.replace(state=LedgerState.IN_RECOVERY), version)
+            md = md.replace(state=LedgerState.IN_RECOVERY)
+        except MetadataVersionError:
+            md, version = await store.read(lid)
+    handle._md, handle._md_version = md, version
+    if md.is_closed:
+        handle._lac = md.last_entry_id
+        return
+    # 2. fence and learn the LAC
+    lac = await ensemble_lac(handle, fence=True)
+    length = 0
+    if lac >= 0:
+        length = (await handle.read_entry(lac)).length
+    log.info("ledger %d: fenced; recovering from LAC %d", lid, lac)
+    # 3. read forward, re-adding what may have been acknowledged
+    writer = WriteHandle(client, md, version, password, recovery=True, last_add_confirmed=lac, length=length)
+    next_id = lac + 1
+    recovered = 0
+    done = False
+    while not done:
+        batch = await asyncio.gather(*(_recovery_read(handle, e) for e in range(next_id, next_id + READ_BATCH)))
+        for payload in batch:
+            if payload is None:
+                done = True
+                break
+            writer.append_nowait(payload)
+            recovered += 1
+        next_id += READ_BATCH
+    await writer.wait_pending(timeout=max(30.0, 4 * client.conf.add_entry_timeout_sec))
+    if writer._error is not None:
+        raise LedgerRecoveryError(f"ledger {lid}: re-adding recovered entries failed: {writer._error}")
+    # 4. close
+    await writer._seal(None)
+    handle._md, handle._md_version = writer._md, writer._md_version
+    handle._lac = writer._md.last_entry_id
+    handle.recovered_by_me = writer.sealed_by_me
+    writer._closed = True
+    log.info(
+        "ledger %d: recovered and closed at entry %d (%d entries re-added)", lid, handle._lac, recovered
+    )
+    client.send_write_close(lid, handle.master_key, list(writer._md.last_ensemble))
+
+
+async def _recovery_read(handle: ReadHandle, entry_id: int) -> bytes | None:
+    """The entry's payload, or None when enough of its write set lacks it
+    (it cannot have been acknowledged). Raises when that is undecidable."""
+    md: LedgerMetadata = handle._md
+    ensemble = md.ensemble_for(entry_id)
+    w, a = md.write_quorum_size, md.ack_quorum_size
+    missing = 0
+    errors: list[str] = []
+    for idx in write_set(entry_id, len(ensemble), w):
+        bookie = ensemble[idx]
+        try:
+            conn = await handle.client.pool.get(bookie)
+            resp = await conn.read_entry(
+                handle.ledger_id, entry_id, fence=True, master_key=handle.master_key, timeout=handle._timeout
+            )
+        except BKError as e:
+            errors.append(f"{bookie}: {e}")
+            continue
+        if resp.status in (ENOENTRY, ENOLEDGER):
+            missing += 1
+            if missing >= w - a + 1:
+                return None
+            continue
+        if resp.status != EOK:
+            errors.append(f"{bookie}: status {resp.status}")
+            continue
+        try:
+            entry = handle.digest.verify(resp.readResponse.body, entry_id)
+        except DigestMismatchError as e:
+            errors.append(f"{bookie}: {e}")
+            continue
+        return bytes(entry.payload)
+    raise LedgerRecoveryError(
+        f"ledger {handle.ledger_id}: cannot tell whether entry {entry_id} exists "
+        f"({missing} bookies lack it, errors: {'; '.join(errors)})"
+    )

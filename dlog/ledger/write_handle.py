@@ -1,0 +1,425 @@
+"""Writing a ledger: pipelined appends replicated to a write quorum.
+
+Each append gets the next entry id and is sent at once to its write set,
+``(entryId + i) mod E``. It completes when an ack quorum of its write set
+acknowledged it *and* every earlier entry completed, so completions arrive
+in entry order and the last add confirmed (LAC) only moves forward.
+
+When a bookie of the ensemble fails (an error, a timeout, a lost
+connection), the handle replaces it: it stops sending new entries, picks a
+replacement, compare-and-sets the metadata with a new ensemble starting at
+LAC + 1, then re-sends every unacknowledged entry whose write set included
+the failed bookie. Acknowledged entries already had their ack quorum, so
+none is lost; responses from a replaced bookie are ignored, so none is
+counted twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from dlog.errors import (
+    EFENCED,
+    EOK,
+    EUA,
+    STATUS_NAMES,
+    BKError,
+    ClientClosedError,
+    LedgerClosedError,
+    LedgerFencedError,
+    MetadataVersionError,
+    UnauthorizedAccessError,
+    WriteError,
+)
+from dlog.ledger.digest import DigestManager
+from dlog.ledger.metadata import LedgerCloseContext, LedgerMetadata, LedgerState
+from dlog.ledger.quorum import write_set
+
+if TYPE_CHECKING:
+    from dlog.ledger.client import BookKeeper
+    from dlog.protocol.bookkeeper_pb2 import Response
+
+log = logging.getLogger(__name__)
+
+
+class PendingAdd:
+    __slots__ = ("entry_id", "body", "length", "future", "acked", "write_set", "sent_gen", "done")
+
+    def __init__(self, entry_id: int, body: bytes, length: int, ws: list[int], future: asyncio.Future[int]) -> None:
+        self.entry_id = entry_id
+        self.body = body
+        self.length = length
+        self.future = future
+        self.acked: set[int] = set()
+        self.write_set = ws
+        self.sent_gen: dict[int, int] = {}  # ensemble index -> generation it was sent to
+        self.done = False
+
+
+class WriteHandle:
+    """An open ledger that this process writes. Not thread safe: use it from
+    the event loop that created it."""
+
+    def __init__(
+        self,
+        client: BookKeeper,
+        metadata: LedgerMetadata,
+        version: int,
+        password: bytes,
+        *,
+        recovery: bool = False,
+        last_add_confirmed: int = -1,
+        length: int = 0,
+    ) -> None:
+        self.client = client
+        self.ledger_id = metadata.ledger_id
+        self._md = metadata
+        self._md_version = version
+        self.digest = DigestManager(metadata.ledger_id, int(metadata.digest_type), password)
+        self.master_key = self.digest.master_key
+        self.ensemble: list[str] = list(metadata.last_ensemble)
+        self._gen = [0] * len(self.ensemble)
+        self.E = metadata.ensemble_size
+        self.W = metadata.write_quorum_size
+        self.A = metadata.ack_quorum_size
+        self._recovery = recovery
+        self._lac = last_add_confirmed
+        self._last_pushed = last_add_confirmed
+        self._length_pushed = length
+        self._length_confirmed = length
+        self._pending: collections.deque[PendingAdd] = collections.deque()
+        self._failed: dict[int, int] = {}  # ensemble index -> generation that failed
+        self._changing = False
+        self._error: BKError | None = None
+        self._closing = False
+        self._closed = False
+        self._timeout = client.conf.add_entry_timeout_sec
+        self._tasks: set[asyncio.Task[object]] = set()
+        self._drained: list[asyncio.Future[None]] = []
+        self.ensemble_changes = 0
+        self.sealed_by_me = False
+
+    # ------------------------------------------------------------------
+    # properties
+    # ------------------------------------------------------------------
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self._md
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._lac
+
+    @property
+    def last_add_pushed(self) -> int:
+        return self._last_pushed
+
+    @property
+    def length(self) -> int:
+        """Bytes of payload confirmed so far."""
+        return self._length_confirmed
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def __repr__(self) -> str:
+        return f"WriteHandle(ledger={self.ledger_id}, lac={self._lac}, ensemble={self.ensemble})"
+
+    # ------------------------------------------------------------------
+    # appends
+    # ------------------------------------------------------------------
+    def _check_writable(self) -> None:
+        if self._error is not None:
+            raise self._error.clone()
+        if self._closed or self._closing:
+            raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
+        if self.client.closed:
+            raise ClientClosedError("the BookKeeper client is closed")
+
+    def append_nowait(self, data: bytes) -> asyncio.Future[int]:
+        """Start appending ``data``; the future resolves to its entry id once
+        it is durable on an ack quorum (and every earlier entry is)."""
+        self._check_writable()
+        entry_id = self._last_pushed + 1
+        self._last_pushed = entry_id
+        self._length_pushed += len(data)
+        body = self.digest.compute(entry_id, self._lac, self._length_pushed, data)
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        op = PendingAdd(entry_id, body, self._length_pushed, write_set(entry_id, self.E, self.W), fut)
+        self._pending.append(op)
+        if not self._changing:
+            self._send(op, op.write_set)
+        return fut
+
+    async def append(self, data: bytes) -> int:
+        """Append ``data`` and wait until it is durable; returns its entry id."""
+        return await self.append_nowait(data)
+
+    def _send(self, op: PendingAdd, indices: Iterable[int]) -> None:
+        pool = self.client.pool
+        for idx in indices:
+            gen = self._gen[idx]
+            op.sent_gen[idx] = gen
+            bookie = self.ensemble[idx]
+            conn = pool._clients.get(bookie)
+            if conn is not None and conn.connected:
+                self._dispatch(conn, op, idx, gen, bookie)
+            else:
+                self._spawn(self._connect_and_send(op, idx, gen, bookie))
+
+    def _dispatch(self, conn, op: PendingAdd, idx: int, gen: int, bookie: str) -> None:  # type: ignore[no-untyped-def]
+        fut = conn.add_entry(
+            self.ledger_id, op.entry_id, self.master_key, op.body, recovery=self._recovery, timeout=self._timeout
+        )
+        fut.add_done_callback(lambda f: self._on_response(op, idx, gen, bookie, f))
+
+    async def _connect_and_send(self, op: PendingAdd, idx: int, gen: int, bookie: str) -> None:
+        try:
+            conn = await self.client.pool.get(bookie)
+        except Exception as e:
+            if not op.done and self._gen[idx] == gen:
+                self._bookie_failed(idx, gen, bookie, f"cannot connect: {e}")
+            return
+        if op.done or self._gen[idx] != gen:
+            return
+        self._dispatch(conn, op, idx, gen, bookie)
+
+    def _on_response(self, op: PendingAdd, idx: int, gen: int, bookie: str, fut: asyncio.Future[Response]) -> None:
+        if op.done or self._gen[idx] != gen:
+            return  # already complete, or the bookie was replaced meanwhile
+        exc = fut.exception()
+        if exc is not None:
+            self._bookie_failed(idx, gen, bookie, str(exc))
+            return
+        status = fut.result().status
+        if status == EOK:
+            op.acked.add(idx)
+            if len(op.acked) >= self.A:
+                self._complete_ready()
+        elif status == EFENCED:
+            self._fail(LedgerFencedError(f"ledger {self.ledger_id} was fenced by another client ({bookie})"))
+        elif status == EUA:
+            self._fail(UnauthorizedAccessError(f"bookie {bookie} refused the master key of ledger {self.ledger_id}"))
+        else:
+            self._bookie_failed(idx, gen, bookie, f"answered {STATUS_NAMES.get(status, status)}")
+
+    def _complete_ready(self) -> None:
+        pending = self._pending
+        A = self.A
+        while pending and len(pending[0].acked) >= A:
+            op = pending.popleft()
+            op.done = True
+            self._lac = op.entry_id
+            self._length_confirmed = op.length
+            if not op.future.done():
+                op.future.set_result(op.entry_id)
+        if not pending:
+            self._notify_drained()
+
+    def _notify_drained(self) -> None:
+        drained, self._drained = self._drained, []
+        for f in drained:
+            if not f.done():
+                f.set_result(None)
+
+    def _fail(self, error: BKError) -> None:
+        """Unrecoverable: fail every pending and future append with ``error``."""
+        if self._error is None:
+            self._error = error
+            log.warning("ledger %d: writes failed: %s", self.ledger_id, error)
+        pending, self._pending = self._pending, collections.deque()
+        for op in pending:
+            op.done = True
+            if not op.future.done():
+                op.future.set_exception(error.clone())
+                op.future.exception()  # a caller that stopped waiting must not warn
+        self._notify_drained()
+
+    # ------------------------------------------------------------------
+    # ensemble change
+    # ------------------------------------------------------------------
+    def _bookie_failed(self, idx: int, gen: int, bookie: str, reason: str) -> None:
+        if self._gen[idx] != gen or self._error is not None:
+            return
+        log.warning("ledger %d: bookie %s (index %d) failed: %s", self.ledger_id, bookie, idx, reason)
+        self.client.placement.record_failure(bookie)
+        if "timed out" in reason or "did not answer" in reason:
+            self.client.pool.drop(bookie)
+        self._failed[idx] = gen
+        if not self._changing:
+            self._changing = True
+            self._spawn(self._change_ensemble())
+
+    async def _change_ensemble(self) -> None:
+        try:
+            while self._error is None:
+                # Only failures of the bookies currently in the ensemble count:
+                # a replaced bookie's late failures are old news.
+                failed = sorted(i for i, g in self._failed.items() if g == self._gen[i])
+                self._failed.clear()
+                if not failed:
+                    break
+                new = list(self.ensemble)
+                writable = self.client.watcher.writable
+                for idx in failed:
+                    new[idx] = self.client.placement.replace_bookie(new, idx, writable)
+                start = self._lac + 1
+                await self._write_ensemble(start, new)
+                old = self.ensemble
+                self.ensemble = new
+                self.ensemble_changes += 1
+                for idx in failed:
+                    self._gen[idx] += 1
+                log.info(
+                    "ledger %d: ensemble changed at entry %d: %s -> %s",
+                    self.ledger_id,
+                    start,
+                    [old[i] for i in failed],
+                    [new[i] for i in failed],
+                )
+                # Re-send what the replaced bookies held but was not yet confirmed.
+                for op in list(self._pending):
+                    if op.done:
+                        continue
+                    resend = [i for i in failed if i in op.write_set]
+                    for i in resend:
+                        op.acked.discard(i)
+                    unsent = [i for i in op.write_set if i not in op.sent_gen]
+                    self._send(op, sorted(set(resend) | set(unsent)))
+        except BKError as e:
+            self._fail(e)
+        except Exception as e:  # metadata store unreachable and the like
+            self._fail(WriteError(f"ledger {self.ledger_id}: ensemble change failed: {e!r}"))
+        finally:
+            self._changing = False
+        # Entries appended while the metadata update was in flight.
+        if self._error is None:
+            for op in list(self._pending):
+                unsent = [i for i in op.write_set if i not in op.sent_gen]
+                if unsent:
+                    self._send(op, unsent)
+
+    async def _write_ensemble(self, start: int, ensemble: list[str]) -> None:
+        store = self.client.metadata_store
+        while True:
+            md = self._md.with_ensemble(start, ensemble)
+            try:
+                self._md_version = await store.write(md, self._md_version)
+                self._md = md
+                return
+            except MetadataVersionError:
+                current, version = await store.read(self.ledger_id)
+                if current.is_closed or (current.state == LedgerState.IN_RECOVERY and not self._recovery):
+                    raise LedgerFencedError(
+                        f"ledger {self.ledger_id} is being recovered or was closed by another client"
+                    ) from None
+                self._md, self._md_version = current, version
+
+    # ------------------------------------------------------------------
+    # force, explicit LAC
+    # ------------------------------------------------------------------
+    async def force(self) -> int:
+        """Wait until every entry appended so far is durable on every bookie
+        of the current ensemble (FORCE_LEDGER); returns the LAC."""
+        await self.wait_pending()
+        self._check_writable()
+        lac = self._lac
+        conns = [await self.client.pool.get(b) for b in self.ensemble]
+        responses = await asyncio.gather(*(c.force_ledger(self.ledger_id, timeout=self._timeout) for c in conns))
+        for bookie, r in zip(self.ensemble, responses, strict=True):
+            if r.status != EOK:
+                raise BKError(f"force on bookie {bookie} answered {STATUS_NAMES.get(r.status, r.status)}")
+        return lac
+
+    async def write_lac(self) -> None:
+        """Tell the ensemble the current LAC explicitly (WRITE_LAC), so readers
+        see the last entry without waiting for the next one."""
+        lac = self._lac
+        if lac < 0:
+            return
+        body = self.digest.compute_lac(lac)
+        for bookie in list(self.ensemble):
+            with contextlib.suppress(Exception):
+                conn = await self.client.pool.get(bookie)
+                await conn.write_lac(self.ledger_id, lac, self.master_key, body, timeout=self._timeout)
+
+    async def wait_pending(self, timeout: float | None = None) -> None:
+        """Wait until every append issued so far completed or failed."""
+        if not self._pending:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._drained.append(fut)
+        await asyncio.wait_for(fut, timeout)
+
+    # ------------------------------------------------------------------
+    # close
+    # ------------------------------------------------------------------
+    async def close(self, close_context: LedgerCloseContext | None = None) -> None:
+        """Wait for pending appends, then seal the ledger at the LAC in its
+        metadata. Afterwards tell the bookies (BP-32), without waiting."""
+        if self._closed:
+            return
+        self._closing = True
+        try:
+            await self.wait_pending(timeout=max(2 * self._timeout, 5))
+        except TimeoutError:
+            self._fail(LedgerClosedError(f"ledger {self.ledger_id} closed with appends still pending"))
+        self._fail_leftovers()
+        if isinstance(self._error, LedgerFencedError):
+            self._closed = True
+            md, _ = await self.client.metadata_store.read(self.ledger_id)
+            if md.is_closed and md.last_entry_id >= self._lac:
+                return  # recovered by its new owner; everything we confirmed is in it
+            raise LedgerFencedError(f"ledger {self.ledger_id} was fenced; it is closed by its recoverer")
+        await self._seal(close_context)
+        self._closed = True
+        self.client.send_write_close(self.ledger_id, self.master_key, list(self.ensemble))
+
+    def _fail_leftovers(self) -> None:
+        if self._pending:
+            self._fail(LedgerClosedError(f"ledger {self.ledger_id} was closed"))
+
+    async def _seal(self, close_context: LedgerCloseContext | None) -> None:
+        store = self.client.metadata_store
+        while True:
+            md = self._md.replace(
+                state=LedgerState.CLOSED,
+                last_entry_id=self._lac,
+                length=self._length_confirmed,
+                close_context=close_context,
+                seal_time=int(time.time() * 1000) if close_context is not None or self._md.create_context else None,
+            )
+            try:
+                self._md_version = await store.write(md, self._md_version)
+                self._md = md
+                self.sealed_by_me = True
+                return
+            except MetadataVersionError:
+                current, version = await store.read(self.ledger_id)
+                if current.is_closed:
+                    if current.last_entry_id == self._lac:
+                        self._md, self._md_version = current, version
+                        return
+                    raise LedgerFencedError(
+                        f"ledger {self.ledger_id} was closed by another client at entry "
+                        f"{current.last_entry_id}, this writer confirmed {self._lac}"
+                    ) from None
+                if current.state == LedgerState.IN_RECOVERY and not self._recovery:
+                    raise LedgerFencedError(f"ledger {self.ledger_id} is being recovered by another client") from None
+                self._md, self._md_version = current, version
+
+    def _spawn(self, coro: object) -> None:
+        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
