@@ -45,7 +45,11 @@ class ClientConfig(Config):
         unit="s",
     )
     client_connect_timeout_millis: int = setting(
-        "clientConnectTimeoutMillis", 10000, "Timeout to open a connection to a bookie.", min=100, unit="ms"
+        "clientConnectTimeoutMillis",
+        10000,
+        "Timeout to open a connection to a bookie.",
+        min=100,
+        unit="ms",
     )
     bookie_failure_history_expiration_msec: int = setting(
         "bookieFailureHistoryExpirationMSec",

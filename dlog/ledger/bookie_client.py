@@ -267,7 +267,9 @@ class BookieClientPool:
     """One pipelined connection per bookie, opened on first use and
     reopened (with backoff) after it drops."""
 
-    def __init__(self, *, connect_timeout: float = 10.0, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+    def __init__(
+        self, *, connect_timeout: float = 10.0, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    ) -> None:
         self.connect_timeout = connect_timeout
         self.max_frame_size = max_frame_size
         self._clients: dict[str, BookieClient] = {}

@@ -1,11 +1,11 @@
 """The ledger client: create, open, recover and delete ledgers.
 
-    async with BookKeeper("zk+hierarchical://127.0.0.1:2181/ledgers") as bk:
-        wh = await bk.create_ledger(password=b"secret")
-        await wh.append(b"hello")
-        await wh.close()
-        rh = await bk.open_ledger(wh.ledger_id, b"secret")
-        entries = await rh.read(0, rh.last_add_confirmed)
+async with BookKeeper("zk+hierarchical://127.0.0.1:2181/ledgers") as bk:
+    wh = await bk.create_ledger(password=b"secret")
+    await wh.append(b"hello")
+    await wh.close()
+    rh = await bk.open_ledger(wh.ledger_id, b"secret")
+    entries = await rh.read(0, rh.last_add_confirmed)
 """
 
 from __future__ import annotations
@@ -55,8 +55,10 @@ class BookKeeper:
         zk: ZooKeeper | None = None,
     ) -> None:
         if conf is None:
-            conf = ClientConfig() if metadata_service_uri is None else ClientConfig.load(
-                metadataServiceUri=metadata_service_uri
+            conf = (
+                ClientConfig()
+                if metadata_service_uri is None
+                else ClientConfig.load(metadataServiceUri=metadata_service_uri)
             )
         elif metadata_service_uri is not None:
             conf = conf.with_overrides({"metadataServiceUri": metadata_service_uri})
@@ -67,10 +69,14 @@ class BookKeeper:
         self.metadata_store = LedgerMetadataStore(self.zk, self.uri.ledgers_root)
         self.watcher = BookieWatcher(self.zk, self.uri.ledgers_root)
         self.pool = BookieClientPool(connect_timeout=conf.client_connect_timeout_millis / 1000.0)
-        self.placement = EnsemblePlacementPolicy(conf.bookie_failure_history_expiration_msec / 1000.0)
+        self.placement = EnsemblePlacementPolicy(
+            conf.bookie_failure_history_expiration_msec / 1000.0
+        )
         self.metrics = LoopMetrics()
         self.write_close_outcomes = self.metrics.counter(
-            "ledger_client_write_close", "BP-32 write-close outcomes per closed ledger.", ["outcome"]
+            "ledger_client_write_close",
+            "BP-32 write-close outcomes per closed ledger.",
+            ["outcome"],
         )
         self.closed = False
         self._started = False
@@ -140,7 +146,9 @@ class BookKeeper:
             ensembles=[(0, tuple(ensemble))],
             digest_type=DigestType(int(digest_type)),
             password=password,
-            ctime=int(time.time() * 1000) if self.conf.store_systemtime_as_ledger_creation_time else None,
+            ctime=int(time.time() * 1000)
+            if self.conf.store_systemtime_as_ledger_creation_time
+            else None,
             custom_metadata=dict(custom_metadata or {}),
             create_context=create_context,
         )
@@ -148,7 +156,9 @@ class BookKeeper:
         log.debug("created ledger %d on %s", ledger_id, ensemble)
         return WriteHandle(self, md, version, password)
 
-    async def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True) -> ReadHandle:
+    async def open_ledger(
+        self, ledger_id: int, password: bytes = b"", recovery: bool = True
+    ) -> ReadHandle:
         """Open a ledger for reading. With ``recovery`` (the default) an open
         ledger is fenced and closed first, so its end is final; without it
         the ledger is tailed through its LAC."""
@@ -190,7 +200,9 @@ class BookKeeper:
         Advisory: the outcome is logged and counted, never raised."""
         if not self.conf.advisory_write_close_enabled or self.closed:
             return
-        task = asyncio.get_running_loop().create_task(self._write_close(ledger_id, master_key, ensemble))
+        task = asyncio.get_running_loop().create_task(
+            self._write_close(ledger_id, master_key, ensemble)
+        )
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -198,7 +210,9 @@ class BookKeeper:
         async def one(bookie: str) -> bool:
             try:
                 conn = await self.pool.get(bookie)
-                resp = await conn.write_close(ledger_id, master_key, timeout=self.conf.add_entry_timeout_sec)
+                resp = await conn.write_close(
+                    ledger_id, master_key, timeout=self.conf.add_entry_timeout_sec
+                )
                 return resp.status == EOK
             except Exception:
                 return False
@@ -208,4 +222,11 @@ class BookKeeper:
         outcome = "success" if ok == len(results) else "partial" if ok else "failed"
         self.write_close_outcomes.inc(labels=(outcome,))
         level = logging.DEBUG if outcome == "success" else logging.INFO
-        log.log(level, "ledger %d: advisory write close %s (%d/%d bookies)", ledger_id, outcome, ok, len(results))
+        log.log(
+            level,
+            "ledger %d: advisory write close %s (%d/%d bookies)",
+            ledger_id,
+            outcome,
+            ok,
+            len(results),
+        )

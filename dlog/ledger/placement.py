@@ -27,7 +27,9 @@ class EnsemblePlacementPolicy:
             return False
         return True
 
-    def _candidates(self, writable: Iterable[str], exclude: set[str]) -> tuple[list[str], list[str]]:
+    def _candidates(
+        self, writable: Iterable[str], exclude: set[str]
+    ) -> tuple[list[str], list[str]]:
         fresh, failed = [], []
         for b in writable:
             if b in exclude:
@@ -53,7 +55,9 @@ class EnsemblePlacementPolicy:
         fresh, failed = self._candidates(writable, set(ensemble))
         candidates = fresh or failed
         if not candidates:
-            usable = {b for b in writable if b != ensemble[index]} | (set(ensemble) - {ensemble[index]})
+            usable = {b for b in writable if b != ensemble[index]} | (
+                set(ensemble) - {ensemble[index]}
+            )
             raise NotEnoughBookiesError(
                 len(ensemble),
                 len(usable),

@@ -47,7 +47,9 @@ class ReadHandle:
     """An opened ledger, for reading. ``is_closed`` tells whether its end is
     known; a metadata watch keeps ensembles and the close current."""
 
-    def __init__(self, client: BookKeeper, metadata: LedgerMetadata, version: int, password: bytes) -> None:
+    def __init__(
+        self, client: BookKeeper, metadata: LedgerMetadata, version: int, password: bytes
+    ) -> None:
         self.client = client
         self.ledger_id = metadata.ledger_id
         self._md = metadata
@@ -152,7 +154,13 @@ class ReadHandle:
                 entry = self.digest.verify(resp.readResponse.body, entry_id)
             except DigestMismatchError as e:
                 digest_failures += 1
-                log.warning("ledger %d entry %d: corrupt replica on %s: %s", self.ledger_id, entry_id, bookie, e)
+                log.warning(
+                    "ledger %d entry %d: corrupt replica on %s: %s",
+                    self.ledger_id,
+                    entry_id,
+                    bookie,
+                    e,
+                )
                 errors.append(f"{bookie}: {e}")
                 continue
             return LedgerEntry(self.ledger_id, entry_id, bytes(entry.payload), entry.length)
@@ -162,8 +170,12 @@ class ReadHandle:
                 f"ledger {self.ledger_id} entry {entry_id}: no replica with a valid digest ({detail})"
             )
         if missing == len(errors):
-            raise NoSuchEntryError(f"ledger {self.ledger_id} entry {entry_id} is on no bookie ({detail})")
-        raise ReadError(f"ledger {self.ledger_id} entry {entry_id}: every replica failed ({detail})")
+            raise NoSuchEntryError(
+                f"ledger {self.ledger_id} entry {entry_id} is on no bookie ({detail})"
+            )
+        raise ReadError(
+            f"ledger {self.ledger_id} entry {entry_id}: every replica failed ({detail})"
+        )
 
     # -- LAC ---------------------------------------------------------------------
     async def read_last_add_confirmed(self) -> int:
@@ -206,7 +218,9 @@ class ReadHandle:
             if rr.HasField("body") and lac >= entry_id:
                 try:
                     entry = self.digest.verify(rr.body, entry_id)
-                    self._cached[entry_id] = LedgerEntry(self.ledger_id, entry_id, bytes(entry.payload), entry.length)
+                    self._cached[entry_id] = LedgerEntry(
+                        self.ledger_id, entry_id, bytes(entry.payload), entry.length
+                    )
                 except DigestMismatchError:
                     pass
             return lac

@@ -64,12 +64,16 @@ async def recover(client: BookKeeper, handle: ReadHandle, password: bytes) -> No
         length = (await handle.read_entry(lac)).length
     log.info("ledger %d: fenced; recovering from LAC %d", lid, lac)
     # 3. read forward, re-adding what may have been acknowledged
-    writer = WriteHandle(client, md, version, password, recovery=True, last_add_confirmed=lac, length=length)
+    writer = WriteHandle(
+        client, md, version, password, recovery=True, last_add_confirmed=lac, length=length
+    )
     next_id = lac + 1
     recovered = 0
     done = False
     while not done:
-        batch = await asyncio.gather(*(_recovery_read(handle, e) for e in range(next_id, next_id + READ_BATCH)))
+        batch = await asyncio.gather(
+            *(_recovery_read(handle, e) for e in range(next_id, next_id + READ_BATCH))
+        )
         for payload in batch:
             if payload is None:
                 done = True
@@ -79,7 +83,9 @@ async def recover(client: BookKeeper, handle: ReadHandle, password: bytes) -> No
         next_id += READ_BATCH
     await writer.wait_pending(timeout=max(30.0, 4 * client.conf.add_entry_timeout_sec))
     if writer._error is not None:
-        raise LedgerRecoveryError(f"ledger {lid}: re-adding recovered entries failed: {writer._error}")
+        raise LedgerRecoveryError(
+            f"ledger {lid}: re-adding recovered entries failed: {writer._error}"
+        )
     # 4. close
     await writer._seal(None)
     handle._md, handle._md_version = writer._md, writer._md_version
@@ -87,7 +93,10 @@ async def recover(client: BookKeeper, handle: ReadHandle, password: bytes) -> No
     handle.recovered_by_me = writer.sealed_by_me
     writer._closed = True
     log.info(
-        "ledger %d: recovered and closed at entry %d (%d entries re-added)", lid, handle._lac, recovered
+        "ledger %d: recovered and closed at entry %d (%d entries re-added)",
+        lid,
+        handle._lac,
+        recovered,
     )
     client.send_write_close(lid, handle.master_key, list(writer._md.last_ensemble))
 
@@ -105,7 +114,11 @@ async def _recovery_read(handle: ReadHandle, entry_id: int) -> bytes | None:
         try:
             conn = await handle.client.pool.get(bookie)
             resp = await conn.read_entry(
-                handle.ledger_id, entry_id, fence=True, master_key=handle.master_key, timeout=handle._timeout
+                handle.ledger_id,
+                entry_id,
+                fence=True,
+                master_key=handle.master_key,
+                timeout=handle._timeout,
             )
         except BKError as e:
             errors.append(f"{bookie}: {e}")

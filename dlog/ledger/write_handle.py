@@ -51,7 +51,9 @@ log = logging.getLogger(__name__)
 class PendingAdd:
     __slots__ = ("entry_id", "body", "length", "future", "acked", "write_set", "sent_gen", "done")
 
-    def __init__(self, entry_id: int, body: bytes, length: int, ws: list[int], future: asyncio.Future[int]) -> None:
+    def __init__(
+        self, entry_id: int, body: bytes, length: int, ws: list[int], future: asyncio.Future[int]
+    ) -> None:
         self.entry_id = entry_id
         self.body = body
         self.length = length
@@ -156,7 +158,9 @@ class WriteHandle:
         self._length_pushed += len(data)
         body = self.digest.compute(entry_id, self._lac, self._length_pushed, data)
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        op = PendingAdd(entry_id, body, self._length_pushed, write_set(entry_id, self.E, self.W), fut)
+        op = PendingAdd(
+            entry_id, body, self._length_pushed, write_set(entry_id, self.E, self.W), fut
+        )
         self._pending.append(op)
         if not self._changing:
             self._send(op, op.write_set)
@@ -180,7 +184,12 @@ class WriteHandle:
 
     def _dispatch(self, conn, op: PendingAdd, idx: int, gen: int, bookie: str) -> None:  # type: ignore[no-untyped-def]
         fut = conn.add_entry(
-            self.ledger_id, op.entry_id, self.master_key, op.body, recovery=self._recovery, timeout=self._timeout
+            self.ledger_id,
+            op.entry_id,
+            self.master_key,
+            op.body,
+            recovery=self._recovery,
+            timeout=self._timeout,
         )
         fut.add_done_callback(lambda f: self._on_response(op, idx, gen, bookie, f))
 
@@ -195,7 +204,9 @@ class WriteHandle:
             return
         self._dispatch(conn, op, idx, gen, bookie)
 
-    def _on_response(self, op: PendingAdd, idx: int, gen: int, bookie: str, fut: asyncio.Future[Response]) -> None:
+    def _on_response(
+        self, op: PendingAdd, idx: int, gen: int, bookie: str, fut: asyncio.Future[Response]
+    ) -> None:
         if op.done or self._gen[idx] != gen:
             return  # already complete, or the bookie was replaced meanwhile
         exc = fut.exception()
@@ -208,9 +219,17 @@ class WriteHandle:
             if len(op.acked) >= self.A:
                 self._complete_ready()
         elif status == EFENCED:
-            self._fail(LedgerFencedError(f"ledger {self.ledger_id} was fenced by another client ({bookie})"))
+            self._fail(
+                LedgerFencedError(
+                    f"ledger {self.ledger_id} was fenced by another client ({bookie})"
+                )
+            )
         elif status == EUA:
-            self._fail(UnauthorizedAccessError(f"bookie {bookie} refused the master key of ledger {self.ledger_id}"))
+            self._fail(
+                UnauthorizedAccessError(
+                    f"bookie {bookie} refused the master key of ledger {self.ledger_id}"
+                )
+            )
         else:
             self._bookie_failed(idx, gen, bookie, f"answered {STATUS_NAMES.get(status, status)}")
 
@@ -252,7 +271,9 @@ class WriteHandle:
     def _bookie_failed(self, idx: int, gen: int, bookie: str, reason: str) -> None:
         if self._gen[idx] != gen or self._error is not None:
             return
-        log.warning("ledger %d: bookie %s (index %d) failed: %s", self.ledger_id, bookie, idx, reason)
+        log.warning(
+            "ledger %d: bookie %s (index %d) failed: %s", self.ledger_id, bookie, idx, reason
+        )
         self.client.placement.record_failure(bookie)
         if "timed out" in reason or "did not answer" in reason:
             self.client.pool.drop(bookie)
@@ -320,7 +341,9 @@ class WriteHandle:
                 return
             except MetadataVersionError:
                 current, version = await store.read(self.ledger_id)
-                if current.is_closed or (current.state == LedgerState.IN_RECOVERY and not self._recovery):
+                if current.is_closed or (
+                    current.state == LedgerState.IN_RECOVERY and not self._recovery
+                ):
                     raise LedgerFencedError(
                         f"ledger {self.ledger_id} is being recovered or was closed by another client"
                     ) from None
@@ -336,10 +359,14 @@ class WriteHandle:
         self._check_writable()
         lac = self._lac
         conns = [await self.client.pool.get(b) for b in self.ensemble]
-        responses = await asyncio.gather(*(c.force_ledger(self.ledger_id, timeout=self._timeout) for c in conns))
+        responses = await asyncio.gather(
+            *(c.force_ledger(self.ledger_id, timeout=self._timeout) for c in conns)
+        )
         for bookie, r in zip(self.ensemble, responses, strict=True):
             if r.status != EOK:
-                raise BKError(f"force on bookie {bookie} answered {STATUS_NAMES.get(r.status, r.status)}")
+                raise BKError(
+                    f"force on bookie {bookie} answered {STATUS_NAMES.get(r.status, r.status)}"
+                )
         return lac
 
     async def write_lac(self) -> None:
@@ -352,7 +379,9 @@ class WriteHandle:
         for bookie in list(self.ensemble):
             with contextlib.suppress(Exception):
                 conn = await self.client.pool.get(bookie)
-                await conn.write_lac(self.ledger_id, lac, self.master_key, body, timeout=self._timeout)
+                await conn.write_lac(
+                    self.ledger_id, lac, self.master_key, body, timeout=self._timeout
+                )
 
     async def wait_pending(self, timeout: float | None = None) -> None:
         """Wait until every append issued so far completed or failed."""
@@ -374,14 +403,18 @@ class WriteHandle:
         try:
             await self.wait_pending(timeout=max(2 * self._timeout, 5))
         except TimeoutError:
-            self._fail(LedgerClosedError(f"ledger {self.ledger_id} closed with appends still pending"))
+            self._fail(
+                LedgerClosedError(f"ledger {self.ledger_id} closed with appends still pending")
+            )
         self._fail_leftovers()
         if isinstance(self._error, LedgerFencedError):
             self._closed = True
             md, _ = await self.client.metadata_store.read(self.ledger_id)
             if md.is_closed and md.last_entry_id >= self._lac:
                 return  # recovered by its new owner; everything we confirmed is in it
-            raise LedgerFencedError(f"ledger {self.ledger_id} was fenced; it is closed by its recoverer")
+            raise LedgerFencedError(
+                f"ledger {self.ledger_id} was fenced; it is closed by its recoverer"
+            )
         await self._seal(close_context)
         self._closed = True
         self.client.send_write_close(self.ledger_id, self.master_key, list(self.ensemble))
@@ -398,7 +431,9 @@ class WriteHandle:
                 last_entry_id=self._lac,
                 length=self._length_confirmed,
                 close_context=close_context,
-                seal_time=int(time.time() * 1000) if close_context is not None or self._md.create_context else None,
+                seal_time=int(time.time() * 1000)
+                if close_context is not None or self._md.create_context
+                else None,
             )
             try:
                 self._md_version = await store.write(md, self._md_version)
@@ -416,7 +451,9 @@ class WriteHandle:
                         f"{current.last_entry_id}, this writer confirmed {self._lac}"
                     ) from None
                 if current.state == LedgerState.IN_RECOVERY and not self._recovery:
-                    raise LedgerFencedError(f"ledger {self.ledger_id} is being recovered by another client") from None
+                    raise LedgerFencedError(
+                        f"ledger {self.ledger_id} is being recovered by another client"
+                    ) from None
                 self._md, self._md_version = current, version
 
     def _spawn(self, coro: object) -> None:

@@ -127,6 +127,7 @@ async def test_ensemble_change_when_a_bookie_dies(make_bookie, ledgers_uri: str)
         wh = await bk.create_ledger(3, 2, 2, password=b"pw")
         first = [wh.append_nowait(b"a%d" % i) for i in range(300)]
         await asyncio.gather(*first)
+        tail = await bk.open_ledger(wh.ledger_id, b"pw", recovery=False)
         victim = next(b for b in bookies if b.bookie_id == wh.ensemble[1])
         more = [wh.append_nowait(b"b%d" % i) for i in range(300)]
         await victim.stop()
@@ -137,10 +138,20 @@ async def test_ensemble_change_when_a_bookie_dies(make_bookie, ledgers_uri: str)
         md = await bk.ledger_metadata(wh.ledger_id)
         assert len(md.ensembles) >= 2
         assert md.ensembles[-1][0] <= 300 + 1 + 300  # the change starts at LAC + 1
+        # A reader's metadata watch saw the ensemble change.
+        for _ in range(50):
+            if len(tail.metadata.ensembles) >= 2:
+                break
+            await asyncio.sleep(0.05)
+        assert tail.metadata.ensembles == md.ensembles
         await wh.close()
         rh = await bk.open_ledger(wh.ledger_id, b"pw")
         data = [e.data for e in await rh.read(0, 899)]
-        expected = [b"a%d" % i for i in range(300)] + [b"b%d" % i for i in range(300)] + [b"c%d" % i for i in range(300)]
+        expected = (
+            [b"a%d" % i for i in range(300)]
+            + [b"b%d" % i for i in range(300)]
+            + [b"c%d" % i for i in range(300)]
+        )
         assert data == expected
 
 
@@ -186,7 +197,11 @@ async def test_reads_skip_a_corrupt_replica(make_bookie, ledgers_uri: str) -> No
 
 async def test_two_clients_race_to_recover(make_bookie, ledgers_uri: str) -> None:
     await start_bookies(make_bookie, 3)
-    async with BookKeeper(ledgers_uri) as w, BookKeeper(ledgers_uri) as r1, BookKeeper(ledgers_uri) as r2:
+    async with (
+        BookKeeper(ledgers_uri) as w,
+        BookKeeper(ledgers_uri) as r1,
+        BookKeeper(ledgers_uri) as r2,
+    ):
         wh = await w.create_ledger(password=b"pw")
         await asyncio.gather(*(wh.append_nowait(b"%d" % i) for i in range(200)))
         h1, h2 = await asyncio.gather(
@@ -195,3 +210,35 @@ async def test_two_clients_race_to_recover(make_bookie, ledgers_uri: str) -> Non
         assert h1.last_add_confirmed == h2.last_add_confirmed == 199
         assert [h1.recovered_by_me, h2.recovered_by_me].count(True) == 1
         assert (await w.ledger_metadata(wh.ledger_id)).last_entry_id == 199
+
+
+async def test_close_and_recovery_send_advisory_write_close(make_bookie, ledgers_uri: str) -> None:
+    bookies = await start_bookies(make_bookie, 3)
+
+    def known_write_closes() -> float:
+        return sum(b.metrics.write_close.get(("true",)) for b in bookies)
+
+    async with BookKeeper(ledgers_uri) as bk:
+        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        await wh.append(b"x")
+        await wh.close()
+        for _ in range(50):
+            if known_write_closes() == 3:
+                break
+            await asyncio.sleep(0.02)
+        assert known_write_closes() == 3
+        assert bk.write_close_outcomes.get(("success",)) == 1
+        # The bookies recorded the ledger as write-closed for their entry-log manager.
+        assert all(
+            wh.ledger_id in b.storage.storage_for(wh.ledger_id).manager.write_closed
+            for b in bookies
+        )
+
+        wh2 = await bk.create_ledger(3, 3, 2, password=b"pw")
+        await wh2.append(b"y")
+        await bk.open_ledger(wh2.ledger_id, b"pw", recovery=True)  # recovery sends it too
+        for _ in range(50):
+            if bk.write_close_outcomes.get(("success",)) == 2:
+                break
+            await asyncio.sleep(0.02)
+        assert bk.write_close_outcomes.get(("success",)) == 2
