@@ -242,3 +242,42 @@ async def test_close_and_recovery_send_advisory_write_close(make_bookie, ledgers
                 break
             await asyncio.sleep(0.02)
         assert bk.write_close_outcomes.get(("success",)) == 2
+
+
+async def test_znode_bytes_decode_with_an_independent_decoder(
+    make_bookie, ledgers_uri: str, zk
+) -> None:
+    """The bytes in ZooKeeper are BookKeeper's format: a decoder written from
+    the field numbers alone (tests/unit/test_ledger_metadata.py) reads them."""
+    from dlog.ledger.layout import ledger_path
+    from tests.unit.test_ledger_metadata import _decode, _fields
+
+    await start_bookies(make_bookie, 3)
+    async with BookKeeper(ledgers_uri) as bk:
+        plain = await bk.create_ledger(3, 2, 2, password=b"pw")
+        await plain.append(b"x")
+        await plain.close()
+        ctx = await bk.create_ledger(
+            3, 3, 2, password=b"pw", create_context=LedgerCreateContext(part_of_data_set="s")
+        )
+        await ctx.close(LedgerCloseContext.no_more_data())
+        root = bk.uri.ledgers_root
+        v3_bytes, _ = await zk.get(ledger_path(root, plain.ledger_id))
+        v4_bytes, _ = await zk.get(ledger_path(root, ctx.ledger_id))
+    version, fields = _decode(v3_bytes)
+    f = dict((n, v) for n, v in fields if n != 6)
+    assert (
+        version == 3
+        and f[1] == 2
+        and f[2] == 3
+        and f[9] == 2
+        and f[5] == 3
+        and f[4] == 0
+        and f[7] == 3
+    )
+    seg = _fields(next(v for n, v in fields if n == 6))
+    assert sorted(v.decode() for n, v in seg if n == 1) == sorted(plain.ensemble)
+    version, fields = _decode(v4_bytes)
+    extra = {n: v for n, v in fields if n >= 100}
+    assert version == 4 and dict(_fields(extra[100]))[3] == b"s"
+    assert dict(_fields(extra[101]))[1] == CloseReason.NO_MORE_DATA.value and 102 in extra
