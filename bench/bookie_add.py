@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -279,10 +280,7 @@ def main() -> None:
             prometheusStatsHttpPort=metrics_port,
             prometheusStatsHttpAddress="127.0.0.1",
             journalSyncData=True,
-            **{
-                "dbStorage_writeCacheMaxSizeMb": 512,
-                **dict(item.split("=", 1) for item in args.set),
-            },
+            **settings,
         ).start()
         try:
             result = asyncio.run(
@@ -290,6 +288,8 @@ def main() -> None:
             )
         finally:
             bookie.stop()
+    if args.dir is None:
+        shutil.rmtree(base, ignore_errors=True)
     full = result["full_load"]
     report = {
         "benchmark": "bookie_add",

@@ -319,6 +319,15 @@ class UnsupportedMetadataVersionError(MetadataError):
     default_message = "unsupported metadata version"
 
 
+class LogMetadataVersionError(MetadataError):
+    """A log's metadata znode (a segment, ``ledgers``, ``maxtxid``) is no
+    longer at the version the caller read: another process changed it first
+    (DistributedLog reports a ZooKeeper BADVERSION here). Re-read before
+    deciding anything; retrying the same write cannot succeed."""
+
+    default_message = "log metadata changed underneath us"
+
+
 class BKTransmitError(DLError):
     code = 507
     retriable = True

@@ -134,6 +134,8 @@ class SingleDirectoryDbLedgerStorage:
         try:
             await loop.run_in_executor(self._executor, self._flush_frozen)
             self.failed = None
+        except asyncio.CancelledError:
+            raise
         except BaseException as e:
             self.failed = e
             log.error("ledger storage flush failed in %s: %s", self.directory, e)

@@ -40,7 +40,9 @@ def load_config(cls: type[C], conf: Path | None, sets: list[str] | None, **extra
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {message}")
+    from rich.markup import escape
+
+    err_console.print(f"[bold red]error:[/] {escape(message)}")
     return typer.Exit(code)
 
 

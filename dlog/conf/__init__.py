@@ -2,5 +2,13 @@
 
 from dlog.conf.base import Config, parse_properties, parse_set_options, setting
 from dlog.conf.bookie import BookieConfig
+from dlog.conf.dlog import DLogConfig
 
-__all__ = ["BookieConfig", "Config", "parse_properties", "parse_set_options", "setting"]
+__all__ = [
+    "BookieConfig",
+    "Config",
+    "DLogConfig",
+    "parse_properties",
+    "parse_set_options",
+    "setting",
+]

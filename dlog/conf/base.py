@@ -201,7 +201,8 @@ class Config:
         out: list[str] = []
         for f in cls._fields():
             if "nested" in f.metadata:
-                out.extend(f.metadata["prefix"] + k for k in f.metadata["nested"])
+                nested_keys = f.metadata["nested"].keys()
+                out.extend(f.metadata["prefix"] + k for k in nested_keys)
             else:
                 out.append(f.metadata["key"])
         return out

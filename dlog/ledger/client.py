@@ -87,7 +87,7 @@ class BookKeeper:
         if self._started:
             return self
         if self._own_zk:
-            await self.zk.start()
+            await self.zk.start(timeout=self.conf.zk_timeout / 1000.0)
         await self.watcher.start()
         self._started = True
         return self
@@ -164,7 +164,7 @@ class BookKeeper:
         the ledger is tailed through its LAC."""
         self._check_open()
         md, version = await self.metadata_store.read(ledger_id)
-        if md.password and md.password != password:
+        if md.password != password:
             raise UnauthorizedAccessError(f"wrong password for ledger {ledger_id}")
         handle = ReadHandle(self, md, version, password)
         if recovery and not md.is_closed:

@@ -105,6 +105,7 @@ class WriteHandle:
         self._tasks: set[asyncio.Task[object]] = set()
         self._drained: list[asyncio.Future[None]] = []
         self.ensemble_changes = 0
+        self._lac_published = -1
         self.sealed_by_me = False
 
     # ------------------------------------------------------------------
@@ -121,6 +122,11 @@ class WriteHandle:
     @property
     def last_add_pushed(self) -> int:
         return self._last_pushed
+
+    @property
+    def lac_published(self) -> int:
+        """The LAC last sent explicitly (WRITE_LAC)."""
+        return self._lac_published
 
     @property
     def length(self) -> int:
@@ -208,6 +214,8 @@ class WriteHandle:
         self, op: PendingAdd, idx: int, gen: int, bookie: str, fut: asyncio.Future[Response]
     ) -> None:
         if op.done or self._gen[idx] != gen:
+            if not fut.cancelled():
+                fut.exception()  # a late failure is moot, and must not be logged as unretrieved
             return  # already complete, or the bookie was replaced meanwhile
         exc = fut.exception()
         if exc is not None:
@@ -271,6 +279,8 @@ class WriteHandle:
     def _bookie_failed(self, idx: int, gen: int, bookie: str, reason: str) -> None:
         if self._gen[idx] != gen or self._error is not None:
             return
+        if self._failed.get(idx) == gen:
+            return  # already being replaced; one warning per failed bookie is enough
         log.warning(
             "ledger %d: bookie %s (index %d) failed: %s", self.ledger_id, bookie, idx, reason
         )
@@ -373,15 +383,19 @@ class WriteHandle:
         """Tell the ensemble the current LAC explicitly (WRITE_LAC), so readers
         see the last entry without waiting for the next one."""
         lac = self._lac
-        if lac < 0:
+        if lac < 0 or lac <= self._lac_published:
             return
+        self._lac_published = lac
         body = self.digest.compute_lac(lac)
-        for bookie in list(self.ensemble):
+
+        async def one(bookie: str) -> None:
             with contextlib.suppress(Exception):
                 conn = await self.client.pool.get(bookie)
                 await conn.write_lac(
                     self.ledger_id, lac, self.master_key, body, timeout=self._timeout
                 )
+
+        await asyncio.gather(*(one(b) for b in list(self.ensemble)))
 
     async def wait_pending(self, timeout: float | None = None) -> None:
         """Wait until every append issued so far completed or failed."""

@@ -1,0 +1,593 @@
+"""The log writer: the single, fenced owner of a stream.
+
+Opening a writer takes the stream's lock, recovers (fences and completes)
+any segment a previous writer left in progress, and purges segments past
+retention. Records are batched into entries (record sets): an entry is
+sent when it reaches ``writerOutputBufferSize``, after
+``periodicFlushFrequencyMilliSeconds``, or at once with
+``enableImmediateFlush``. A record's future resolves with its DLSN once its
+entry is durable on an ack quorum.
+
+Segments roll at ``maxLogSegmentBytes`` or ``logSegmentRollingMinutes``:
+the old segment's remaining entries are flushed, its ledger is closed and
+its metadata completed; records written meanwhile wait only for that
+metadata update and go into the next segment, in order.
+
+A writer that loses its lock (ZooKeeper session expiry) or whose ledger is
+fenced by a newer writer fails its pending and later writes with
+LockingError / WriteFencedError: there is never a second active writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from dlog.dlsn import DLSN
+from dlog.errors import (
+    AlreadyClosedError,
+    BKError,
+    BKTransmitError,
+    DLogError,
+    EndOfStreamError,
+    LedgerFencedError,
+    LockingError,
+    NoSuchLedgerError,
+    TransactionIdOutOfOrderError,
+    WriteFencedError,
+)
+from dlog.ledger.metadata import LedgerCloseContext, LedgerCreateContext, LedgerOwner
+from dlog.ledger.write_handle import WriteHandle
+from dlog.lock import DistributedLock
+from dlog.record import MAX_TXID, LogRecord, RecordSetWriter, decode_entry
+from dlog.segment import LogSegmentMetadata
+
+if TYPE_CHECKING:
+    from dlog.log import LogManager
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(eq=False)
+class _Segment:
+    meta: LogSegmentMetadata
+    version: int
+    handle: WriteHandle
+    buffer: RecordSetWriter
+    started: float
+    futures: list[tuple[asyncio.Future[DLSN], int]] = dataclasses.field(default_factory=list)
+    bytes: int = 0
+    last_position: int = 0
+    last_txid: int | None = None
+    last_slot: int = -1
+    timer: asyncio.TimerHandle | None = None
+    rolling: bool = False
+    lac_task: asyncio.Task[None] | None = None
+
+
+class LogWriter:
+    """Write records to a stream. Use ``await log.open_writer()``."""
+
+    def __init__(self, log_manager: LogManager) -> None:
+        self.log = log_manager
+        self.name = log_manager.name
+        conf = log_manager.conf
+        self.conf = conf
+        self._store = log_manager.store
+        self._bk = log_manager.namespace.bk
+        self._lock = DistributedLock(log_manager.namespace.zk, self._store.paths(self.name).lock)
+        self._buffer_size = conf.writer_output_buffer_size
+        self._flush_s = conf.periodic_flush_frequency_milli_seconds / 1000.0
+        self._immediate = conf.enable_immediate_flush
+        self._max_segment_bytes = conf.max_log_segment_bytes
+        self._max_segment_age = conf.log_segment_rolling_minutes * 60.0
+        self._compression = conf.compression_type
+        self._segment: _Segment | None = None
+        self._queued: list[tuple[LogRecord, asyncio.Future[DLSN]]] = []
+        self._starting: asyncio.Task[None] | None = None
+        self._completing: asyncio.Task[None] | None = None
+        self._error: DLogError | None = None
+        self._closed = False
+        self._eos = False
+        self._last_txid = -(1 << 63)
+        self._last_dlsn = DLSN.INVALID
+        self._prev_ledger: int | None = None
+        self._next_seqno = conf.first_log_segment_sequence_number
+        self._next_start_sequence_id = 0
+        self._tasks: set[asyncio.Task[object]] = set()
+        self._purge_task: asyncio.Task[None] | None = None
+        self.segments_written = 0
+
+    # ------------------------------------------------------------------
+    # opening
+    # ------------------------------------------------------------------
+    async def _open(self) -> LogWriter:
+        await self._lock.acquire(self.conf.lock_timeout_seconds)
+        self._lock.on_lost(
+            lambda: self._set_error(LockingError(f"lost ownership of stream {self.name!r}"))
+        )
+        try:
+            segments = await self._store.get_segments(self.name)
+            for meta, version in segments:
+                if meta.in_progress:
+                    await self._recover_segment(meta, version)
+            segments = await self._store.get_segments(self.name)
+            max_txid, _ = await self._store.get_max_txid(self.name)
+            self._last_txid = max(self._last_txid, max_txid)
+            if segments:
+                last, _ = segments[-1]
+                self._next_seqno = last.log_segment_sequence_no + 1
+                self._next_start_sequence_id = last.start_sequence_id + last.record_count
+                self._prev_ledger = last.ledger_id
+                if last.last_txid is not None and last.last_txid != MAX_TXID:
+                    self._last_txid = max(self._last_txid, last.last_txid)
+                if last.last_txid == MAX_TXID:
+                    self._eos = True
+            max_seqno, _ = await self._store.get_max_seqno(self.name)
+            self._next_seqno = max(self._next_seqno, max_seqno + 1)
+        except BaseException:
+            await self._lock.release()
+            raise
+        self._purge_task = asyncio.get_running_loop().create_task(self._purge_loop())
+        return self
+
+    async def _recover_segment(self, meta: LogSegmentMetadata, version: int) -> None:
+        """Fence the previous writer's segment and complete its metadata at
+        the last entry that may have been acknowledged."""
+        try:
+            rh = await self._bk.open_ledger(meta.ledger_id, self.log.password, recovery=True)
+        except NoSuchLedgerError:
+            log.warning(
+                "stream %s: segment %d has no ledger %d; completing it empty",
+                self.name,
+                meta.log_segment_sequence_no,
+                meta.ledger_id,
+            )
+            completed = meta.complete(
+                last_txid=meta.first_txid,
+                last_entry_id=-1,
+                last_slot_id=-1,
+                record_count=0,
+                completion_time=_now_ms(),
+            )
+            await self._store.complete_segment(self.name, meta, version, completed)
+            return
+        lac = rh.last_add_confirmed
+        last_txid, last_slot, count = meta.first_txid, -1, 0
+        if lac >= 0:
+            entry = (await rh.read(lac, lac))[0]
+            records = decode_entry(
+                entry.data, meta.log_segment_sequence_no, lac, meta.start_sequence_id
+            )
+            if records:
+                last = records[-1]
+                last_txid = max(r.txid for r in records)
+                last_slot = last.dlsn.slot_id
+                count = last.position
+        completed = meta.complete(
+            last_txid=last_txid,
+            last_entry_id=lac,
+            last_slot_id=last_slot,
+            record_count=count,
+            completion_time=_now_ms(),
+        )
+        await self._store.complete_segment(self.name, meta, version, completed)
+        await rh.close()
+        log.info(
+            "stream %s: recovered segment %d (ledger %d) at entry %d, %d records",
+            self.name,
+            meta.log_segment_sequence_no,
+            meta.ledger_id,
+            lac,
+            count,
+        )
+
+    # ------------------------------------------------------------------
+    # properties
+    # ------------------------------------------------------------------
+    @property
+    def last_txid(self) -> int:
+        return self._last_txid
+
+    @property
+    def last_dlsn(self) -> DLSN:
+        """DLSN of the last record known durable."""
+        return self._last_dlsn
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    # ------------------------------------------------------------------
+    # writing
+    # ------------------------------------------------------------------
+    def _check(self) -> None:
+        if self._error is not None:
+            raise self._error.clone()
+        if self._eos:
+            raise EndOfStreamError(f"stream {self.name!r} has ended (end of stream was marked)")
+        if self._closed:
+            raise AlreadyClosedError(f"writer of stream {self.name!r} is closed")
+
+    def write_nowait(self, record: LogRecord) -> asyncio.Future[DLSN]:
+        """Queue ``record``; the future resolves to its DLSN once durable."""
+        self._check()
+        if record.txid < self._last_txid:
+            raise TransactionIdOutOfOrderError(self._last_txid, record.txid)
+        self._last_txid = record.txid
+        fut: asyncio.Future[DLSN] = asyncio.get_running_loop().create_future()
+        seg = self._segment
+        if seg is None or seg.rolling:
+            self._queued.append((record, fut))
+            self._ensure_segment()
+        else:
+            self._buffer(seg, record, fut)
+        return fut
+
+    async def write(self, record: LogRecord) -> DLSN:
+        """Write one record; returns its DLSN once it is durable."""
+        return await self.write_nowait(record)
+
+    async def write_bulk(self, records: Iterable[LogRecord]) -> list[DLSN]:
+        """Write records in order; returns their DLSNs once all are durable."""
+        futures = [self.write_nowait(r) for r in records]
+        return list(await asyncio.gather(*futures))
+
+    def _buffer(self, seg: _Segment, record: LogRecord, fut: asyncio.Future[DLSN]) -> None:
+        if seg.buffer.num_records and not seg.buffer.fits(record):
+            self._transmit(seg)
+        slot = seg.buffer.append(record)
+        seg.futures.append((fut, slot))
+        if self._immediate or seg.buffer.num_bytes >= self._buffer_size:
+            self._transmit(seg)
+        elif self._flush_s > 0 and seg.timer is None:
+            seg.timer = asyncio.get_running_loop().call_later(self._flush_s, self._transmit, seg)
+
+    def _transmit(self, seg: _Segment) -> None:
+        if seg.timer is not None:
+            seg.timer.cancel()
+            seg.timer = None
+        buffer = seg.buffer
+        if not buffer.num_records:
+            return
+        data = buffer.build()
+        futures, seg.futures = seg.futures, []
+        if buffer.max_txid is not None:
+            seg.last_txid = (
+                buffer.max_txid if seg.last_txid is None else max(seg.last_txid, buffer.max_txid)
+            )
+        seg.last_slot = buffer.num_records - 1
+        seg.last_position = buffer.last_position
+        seg.buffer = RecordSetWriter(compression=self._compression, last_position=seg.last_position)
+        seg.bytes += len(data)
+        try:
+            entry_fut = seg.handle.append_nowait(data)
+        except BKError as e:
+            error = self._map_error(e)
+            self._set_error(error)
+            for fut, _ in futures:
+                _fail(fut, error)
+            return
+        seqno = seg.meta.log_segment_sequence_no
+        entry_fut.add_done_callback(lambda f: self._transmitted(seg, seqno, futures, f))
+        if not seg.rolling and (
+            seg.bytes >= self._max_segment_bytes
+            or time.monotonic() - seg.started >= self._max_segment_age
+        ):
+            reason = "size" if seg.bytes >= self._max_segment_bytes else "time"
+            self._roll(seg, reason)
+
+    def _transmitted(
+        self,
+        seg: _Segment,
+        seqno: int,
+        futures: list[tuple[asyncio.Future[DLSN], int]],
+        entry_fut: asyncio.Future[int],
+    ) -> None:
+        exc = entry_fut.exception()
+        if exc is not None:
+            error = self._map_error(exc)
+            self._set_error(error)
+            for fut, _ in futures:
+                _fail(fut, error)
+            return
+        entry_id = entry_fut.result()
+        last = None
+        for fut, slot in futures:
+            last = DLSN(seqno, entry_id, slot)
+            if not fut.done():
+                fut.set_result(last)
+        if last is not None and last > self._last_dlsn:
+            self._last_dlsn = last
+        if seg.handle.pending == 0 and seg.lac_task is None and not seg.rolling:
+            # Idle: an entry's LAC rides on the next entry, and there is none
+            # yet. Publish it explicitly so tailing readers see this entry.
+            seg.lac_task = self._spawn(self._publish_lac(seg))  # type: ignore[assignment]
+
+    async def _publish_lac(self, seg: _Segment) -> None:
+        handle = seg.handle
+        try:
+            # Entries that complete while a publish is in flight are covered
+            # by the next round, so the last entry is always published.
+            while handle.last_add_confirmed > handle.lac_published and not handle.is_closed:
+                await handle.write_lac()
+        except Exception as e:
+            log.debug("stream %s: explicit LAC failed: %s", self.name, e)
+        finally:
+            seg.lac_task = None
+
+    def _map_error(self, exc: BaseException) -> DLogError:
+        if isinstance(exc, LedgerFencedError):
+            return WriteFencedError(
+                f"stream {self.name!r}: this writer was fenced by a newer writer"
+            )
+        if isinstance(exc, DLogError):
+            if isinstance(exc, (WriteFencedError, LockingError)):
+                return exc
+            return BKTransmitError(f"stream {self.name!r}: writing to bookies failed: {exc}")
+        return BKTransmitError(f"stream {self.name!r}: writing to bookies failed: {exc!r}")
+
+    def _set_error(self, error: DLogError) -> None:
+        if self._error is not None:
+            return
+        self._error = error
+        log.error("stream %s: writer failed: %s", self.name, error)
+        queued, self._queued = self._queued, []
+        for _, fut in queued:
+            _fail(fut, error)
+        seg = self._segment
+        if seg is not None:
+            if seg.timer is not None:
+                seg.timer.cancel()
+                seg.timer = None
+            pending, seg.futures = seg.futures, []
+            for fut, _ in pending:
+                _fail(fut, error)
+
+    # ------------------------------------------------------------------
+    # segments
+    # ------------------------------------------------------------------
+    def _spawn(self, coro: object) -> asyncio.Task[object]:
+        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _ensure_segment(self) -> None:
+        if self._segment is not None or self._starting is not None or self._completing is not None:
+            return
+        if self._error is not None or not self._queued:
+            return
+        self._starting = self._spawn(self._start_segment())  # type: ignore[assignment]
+
+    async def _start_segment(self) -> None:
+        try:
+            seg = await self._create_segment(self._queued[0][0].txid)
+        except DLogError as e:
+            self._set_error(e)
+            return
+        except Exception as e:
+            self._set_error(
+                BKTransmitError(f"stream {self.name!r}: could not start a segment: {e!r}")
+            )
+            return
+        finally:
+            self._starting = None
+        if self._error is not None:
+            return
+        self._segment = seg
+        self._drain_queue()
+
+    def _drain_queue(self) -> None:
+        """Move queued records into the current segment, in order, stopping
+        (and keeping the rest queued) if the segment starts rolling."""
+        while self._queued:
+            seg = self._segment
+            if seg is None or seg.rolling or self._error is not None:
+                self._ensure_segment()
+                return
+            record, fut = self._queued.pop(0)
+            if not fut.done():
+                self._buffer(seg, record, fut)
+
+    async def _create_segment(self, first_txid: int) -> _Segment:
+        conf = self.conf
+        seqno = self._next_seqno
+        ctx = LedgerCreateContext(
+            created_by=LedgerOwner(system="dlog", service="log-writer", instance=self._lock.owner),
+            part_of_data_set=self.log.data_set,
+            expected_max_open_duration_ms=int(self._max_segment_age * 1000),
+            expected_max_length=self._max_segment_bytes,
+            follows_ledger=self._prev_ledger,
+        )
+        handle = await self._bk.create_ledger(
+            conf.ensemble_size,
+            conf.write_quorum_size,
+            conf.ack_quorum_size,
+            conf.bk_digest_type,
+            self.log.password,
+            create_context=ctx,
+        )
+        meta = LogSegmentMetadata(
+            ledger_id=handle.ledger_id,
+            first_txid=first_txid,
+            log_segment_sequence_no=seqno,
+            start_sequence_id=self._next_start_sequence_id,
+        )
+        try:
+            version = await self._store.create_segment(self.name, meta)
+        except BaseException:
+            try:
+                await handle.close(
+                    LedgerCloseContext.abnormal("segment metadata could not be created")
+                )
+                await self._bk.delete_ledger(handle.ledger_id)
+            except Exception:
+                log.warning("stream %s: could not clean up ledger %d", self.name, handle.ledger_id)
+            raise
+        self._next_seqno = seqno + 1
+        self._prev_ledger = handle.ledger_id
+        self.segments_written += 1
+        log.info("stream %s: started segment %d on ledger %d", self.name, seqno, handle.ledger_id)
+        return _Segment(
+            meta=meta,
+            version=version,
+            handle=handle,
+            buffer=RecordSetWriter(compression=self._compression),
+            started=time.monotonic(),
+        )
+
+    def _roll(self, seg: _Segment, reason: str) -> None:
+        seg.rolling = True
+        self._segment = None
+        self._completing = self._spawn(self._roll_segment(seg, reason))  # type: ignore[assignment]
+
+    async def _roll_segment(self, seg: _Segment, reason: str) -> None:
+        try:
+            close = (
+                LedgerCloseContext.max_length_reached(
+                    expect_delete_after=self._expect_delete_after()
+                )
+                if reason == "size"
+                else LedgerCloseContext.time_rotation(
+                    expect_delete_after=self._expect_delete_after()
+                )
+            )
+            await self._complete(seg, close)
+        except DLogError as e:
+            self._set_error(e)
+        except Exception as e:
+            self._set_error(BKTransmitError(f"stream {self.name!r}: rolling segment failed: {e!r}"))
+        finally:
+            self._completing = None
+        self._ensure_segment()
+        self._spawn(self._purge())
+
+    def _expect_delete_after(self) -> int:
+        return _now_ms() + int(self.conf.log_segment_retention_hours * 3600 * 1000)
+
+    async def _complete(self, seg: _Segment, close: LedgerCloseContext) -> None:
+        """Flush, close the ledger and complete the segment's metadata."""
+        self._transmit(seg)
+        await seg.handle.wait_pending(timeout=self.conf.log_flush_timeout_seconds)
+        if self._error is not None:
+            raise self._error.clone()
+        await seg.handle.close(close)
+        completed = seg.meta.complete(
+            last_txid=seg.last_txid if seg.last_txid is not None else seg.meta.first_txid,
+            last_entry_id=seg.handle.last_add_confirmed,
+            last_slot_id=seg.last_slot,
+            record_count=seg.last_position,
+            completion_time=_now_ms(),
+        )
+        await self._store.complete_segment(self.name, seg.meta, seg.version, completed)
+        self._next_start_sequence_id = completed.start_sequence_id + completed.record_count
+        log.info(
+            "stream %s: completed segment %d (%d records, %d bytes)",
+            self.name,
+            completed.log_segment_sequence_no,
+            completed.record_count,
+            seg.bytes,
+        )
+
+    # ------------------------------------------------------------------
+    # flush, end of stream, close
+    # ------------------------------------------------------------------
+    async def flush(self) -> DLSN:
+        """Send whatever is buffered and wait until everything written so far
+        is durable; returns the last DLSN."""
+        while self._starting is not None or self._completing is not None:
+            await asyncio.gather(*(t for t in (self._starting, self._completing) if t is not None))
+        seg = self._segment
+        if seg is not None:
+            self._transmit(seg)
+            await seg.handle.wait_pending()
+        if self._error is not None:
+            raise self._error.clone()
+        return self._last_dlsn
+
+    async def mark_end_of_stream(self) -> DLSN:
+        """Write the end-of-stream marker and complete the segment: readers
+        stop after the last record, writers cannot write again."""
+        fut = self.write_nowait(LogRecord.end_of_stream_marker())
+        self._eos = True
+        dlsn = await fut
+        await self.flush()
+        seg = self._segment
+        if seg is not None:
+            self._segment = None
+            await self._complete(
+                seg,
+                LedgerCloseContext.no_more_data(expect_delete_after=self._expect_delete_after()),
+            )
+        return dlsn
+
+    async def truncate(self, dlsn: DLSN) -> bool:
+        """Mark everything before ``dlsn`` truncated (see LogManager.truncate)."""
+        self._check()
+        return await self.log.truncate(dlsn)
+
+    async def close(self) -> None:
+        """Flush, complete the current segment and release the stream."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._error is None:
+                try:
+                    await self.flush()
+                except DLogError:
+                    pass
+            seg = self._segment
+            if seg is not None and self._error is None:
+                self._segment = None
+                try:
+                    await self._complete(
+                        seg,
+                        LedgerCloseContext.client_shutdown(
+                            expect_delete_after=self._expect_delete_after()
+                        ),
+                    )
+                except DLogError as e:
+                    log.warning(
+                        "stream %s: could not complete the segment on close: %s", self.name, e
+                    )
+        finally:
+            if self._purge_task is not None:
+                self._purge_task.cancel()
+            await self._lock.release()
+
+    async def __aenter__(self) -> LogWriter:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------
+    # retention
+    # ------------------------------------------------------------------
+    async def _purge_loop(self) -> None:
+        interval = max(1.0, self.conf.retention_check_interval_minutes * 60.0)
+        while True:
+            await self._purge()
+            await asyncio.sleep(interval)
+
+    async def _purge(self) -> None:
+        try:
+            await self.log.purge_expired()
+        except Exception as e:
+            log.warning("stream %s: retention purge failed: %s", self.name, e)
+
+
+def _fail(fut: asyncio.Future[DLSN], error: DLogError) -> None:
+    if not fut.done():
+        fut.set_exception(error.clone())
+        fut.exception()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,225 @@
+"""Streams end to end: namespace, writer, reader, rolls, truncation,
+ownership. Real ZooKeeper and real (in-process) bookies."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from kazoo.client import KazooClient
+
+from dlog.conf.dlog import DLogConfig
+from dlog.dlsn import DLSN
+from dlog.errors import (
+    EndOfStreamError,
+    InvalidStreamNameError,
+    LockingError,
+    LogEmptyError,
+    LogNotFoundError,
+    OwnershipAcquireFailedError,
+    TransactionIdOutOfOrderError,
+    WriteFencedError,
+)
+from dlog.namespace import Namespace
+from dlog.record import LogRecord
+
+SMALL = {
+    "ensemble-size": 3,
+    "write-quorum-size": 2,
+    "ack-quorum-size": 2,
+    "zkSessionTimeoutSeconds": 4,
+    "lockTimeoutSeconds": 1,
+}
+
+
+@pytest.fixture
+async def namespace(make_bookie, zk_server, zk_root, ledgers_uri):  # type: ignore[no-untyped-def]
+    """A namespace on 3 in-process bookies; ``namespace(**overrides)`` for more."""
+    for i in range(3):
+        await make_bookie(f"b{i}")
+    opened: list[Namespace] = []
+
+    async def open_ns(**overrides: object) -> Namespace:
+        conf = DLogConfig.load(
+            overrides={**SMALL, "bkc.metadataServiceUri": ledgers_uri, **overrides}
+        )
+        ns = await Namespace.open(f"distributedlog://{zk_server.connect_string}{zk_root}/ns", conf)
+        opened.append(ns)
+        return ns
+
+    yield open_ns
+    for ns in opened:
+        await ns.close()
+
+
+def payload(i: int) -> bytes:
+    return b"record-%06d-" % i + b"x" * 80
+
+
+async def test_ordered_exactly_once_across_many_rolls(namespace) -> None:
+    ns = await namespace(maxLogSegmentBytes=4096, writerOutputBufferSize=1024)
+    lm = await ns.open_log("rolls")
+    writer = await lm.open_writer()
+    dlsns = []
+    for i in range(2000):
+        dlsns.append(writer.write_nowait(LogRecord(i, payload(i))))
+    dlsns = await asyncio.gather(*dlsns)
+    assert dlsns == sorted(dlsns) and len(set(dlsns)) == 2000
+    await writer.close()
+    segments = await lm.store.get_segments("rolls")
+    assert len(segments) >= 6, "expected at least 5 rolls"
+    assert all(not s.in_progress for s, _ in segments)
+    reader = await lm.open_reader()
+    got = []
+    while len(got) < 2000:
+        got.extend(await reader.read_bulk(500, timeout=10))
+    assert [r.txid for r in got] == list(range(2000))
+    assert [r.payload for r in got] == [payload(i) for i in range(2000)]
+    assert [r.dlsn for r in got] == dlsns
+    seq_ids = [r.sequence_id for r in got]
+    assert seq_ids == list(range(seq_ids[0], seq_ids[0] + 2000))
+    assert await reader.read_next(timeout=0.3) is None
+    await reader.close()
+    assert await lm.get_first_dlsn() == DLSN(1, 0, 0)
+    assert await lm.get_last_dlsn() == dlsns[-1]
+    assert await lm.get_last_txid() == 1999
+    assert await lm.get_record_count() == 2000
+
+
+async def test_tailing_reader_sees_records_as_they_are_written(namespace) -> None:
+    ns = await namespace()
+    lm = await ns.open_log("tail")
+    writer = await lm.open_writer()
+    await writer.write(LogRecord(0, b"first"))
+    reader = await lm.open_reader()
+    assert (await reader.read_next(timeout=10)).payload == b"first"
+    for i in range(1, 50):
+        await writer.write(LogRecord(i, b"r%d" % i))
+        record = await reader.read_next(timeout=10)
+        assert record is not None and record.payload == b"r%d" % i and record.txid == i
+    await writer.close()
+    await reader.close()
+
+
+async def test_start_by_txid_and_dlsn(namespace) -> None:
+    ns = await namespace(maxLogSegmentBytes=2048, writerOutputBufferSize=1024)
+    lm = await ns.open_log("starts")
+    writer = await lm.open_writer()
+    dlsns = await writer.write_bulk([LogRecord(i * 10, payload(i)) for i in range(200)])
+    await writer.close()
+    reader = await lm.open_reader(from_txid=555)
+    first = await reader.read_next(timeout=10)
+    assert first.txid == 560
+    await reader.close()
+    reader = await lm.open_reader(from_dlsn=dlsns[123])
+    first = await reader.read_next(timeout=10)
+    assert first.txid == 1230 and first.dlsn == dlsns[123]
+    await reader.close()
+
+
+async def test_two_writers_exactly_one_wins(namespace) -> None:
+    ns1 = await namespace()
+    ns2 = await namespace()
+    w1 = await (await ns1.open_log("owned")).open_writer()
+    with pytest.raises(OwnershipAcquireFailedError, match="owned by"):
+        await (await ns2.open_log("owned")).open_writer()
+    await w1.write(LogRecord(1, b"still mine"))
+    await w1.close()
+    w2 = await (await ns2.open_log("owned")).open_writer()  # released: now it can
+    await w2.write(LogRecord(2, b"mine now"))
+    await w2.close()
+
+
+async def test_a_new_writer_fences_the_old_one(namespace, zk_server) -> None:
+    ns1 = await namespace()
+    ns2 = await namespace(lockTimeoutSeconds=30)
+    lm1 = await ns1.open_log("fence")
+    old = await lm1.open_writer()
+    acked = await old.write_bulk([LogRecord(i, b"old-%d" % i) for i in range(100)])
+    # The old writer's ZooKeeper session expires (e.g. a long GC pause).
+    sid, passwd = ns1.zk.client.client_id
+    intruder = KazooClient(hosts=zk_server.connect_string, client_id=(sid, passwd))
+    intruder.start()
+    intruder.stop()
+    intruder.close()
+    new = await (await ns2.open_log("fence")).open_writer()
+    # Whichever it notices first: its session is gone, or its ledger is fenced.
+    with pytest.raises((LockingError, WriteFencedError)):
+        await old.write(LogRecord(100, b"zombie"))
+    with pytest.raises((LockingError, WriteFencedError)):
+        await old.write(LogRecord(101, b"zombie again"))
+    await new.write_bulk([LogRecord(i, b"new-%d" % i) for i in range(100, 150)])
+    await new.close()
+    reader = await (await ns2.open_log("fence")).open_reader()
+    got = []
+    while len(got) < 150:
+        batch = await reader.read_bulk(200, timeout=10)
+        assert batch, f"stalled after {len(got)} records"
+        got.extend(batch)
+    assert [r.txid for r in got] == list(range(150))
+    assert [r.dlsn for r in got[:100]] == acked
+    await reader.close()
+
+
+async def test_truncated_positions_start_at_the_first_live_record(namespace) -> None:
+    ns = await namespace(maxLogSegmentBytes=2048, writerOutputBufferSize=1024)
+    lm = await ns.open_log("trunc")
+    writer = await lm.open_writer()
+    dlsns = await writer.write_bulk([LogRecord(i, payload(i)) for i in range(300)])
+    await writer.close()
+    cut = dlsns[150]
+    assert await lm.truncate(cut)
+    assert await lm.get_first_dlsn() == cut
+    reader = await lm.open_reader(from_dlsn=DLSN.INITIAL)  # inside truncated data
+    first = await reader.read_next(timeout=10)
+    assert first.dlsn == cut and first.txid == 150
+    await reader.close()
+    assert await lm.get_record_count() == 150
+    # Retention deletes truncated segments (keeping the newest completed one).
+    purged = await lm.purge_expired()
+    assert purged and all(seq < cut.log_segment_sequence_no for seq in purged)
+    reader = await lm.open_reader()
+    assert (await reader.read_next(timeout=10)).dlsn == cut
+    await reader.close()
+
+
+async def test_end_of_stream(namespace) -> None:
+    ns = await namespace()
+    lm = await ns.open_log("eos")
+    writer = await lm.open_writer()
+    await writer.write_bulk([LogRecord(i, b"%d" % i) for i in range(10)])
+    await writer.mark_end_of_stream()
+    with pytest.raises(EndOfStreamError):
+        await writer.write(LogRecord(11, b"late"))
+    await writer.close()
+    reader = await lm.open_reader()
+    got = [r.txid async for r in reader]
+    assert got == list(range(10))
+    with pytest.raises(EndOfStreamError):
+        await reader.read_next(timeout=1)
+    await reader.close()
+    again = await lm.open_writer()
+    with pytest.raises(EndOfStreamError):
+        await again.write(LogRecord(12, b"later"))
+    await again.close()
+
+
+async def test_txids_must_not_decrease_and_names_are_validated(namespace) -> None:
+    ns = await namespace()
+    lm = await ns.open_log("txids")
+    writer = await lm.open_writer()
+    await writer.write(LogRecord(5, b"a"))
+    await writer.write(LogRecord(5, b"b"))  # equal is fine
+    with pytest.raises(TransactionIdOutOfOrderError):
+        await writer.write(LogRecord(4, b"c"))
+    await writer.close()
+    with pytest.raises(InvalidStreamNameError):
+        await ns.open_log("../escape")
+    with pytest.raises(LogEmptyError):
+        await (await ns.open_log("empty")).get_last_dlsn()
+    assert await ns.get_logs() == ["empty", "txids"]
+    await ns.delete_log("txids")
+    assert not await ns.log_exists("txids")
+    strict = await namespace(createStreamIfNotExists=False)
+    with pytest.raises(LogNotFoundError):
+        await strict.open_log("nope")
