@@ -29,7 +29,17 @@ _EXPORTS = {
     "DLogConfig": "dlog.conf.dlog",
 }
 
-__all__ = [*_EXPORTS, "__version__"]
+__all__ = [
+    "DLSN",
+    "DLogConfig",
+    "LogManager",
+    "LogReader",
+    "LogRecord",
+    "LogRecordWithDLSN",
+    "LogWriter",
+    "Namespace",
+    "__version__",
+]
 
 if TYPE_CHECKING:
     from dlog.conf.dlog import DLogConfig

@@ -58,6 +58,29 @@ class LogManager:
         self._readers.add(reader)
         return reader
 
+    # -- subscriptions ------------------------------------------------------------
+    @property
+    def subscriptions(self):  # type: ignore[no-untyped-def]
+        """This stream's SubscriptionsStore: the log-segment store when
+        ``logSegmentBasedSubscriptionsStoreEnabled``, else ZooKeeper's."""
+        if self._subscriptions is None:
+            if self.conf.log_segment_based_subscriptions_store_enabled:
+                from subscriptions.log_segment import LogSegmentSubscriptionsStore
+
+                self._subscriptions = LogSegmentSubscriptionsStore(self)
+            else:
+                from subscriptions.zk import ZKSubscriptionsStore
+
+                self._subscriptions = ZKSubscriptionsStore(self)
+        return self._subscriptions
+
+    async def subscribe(self, subscriber_id: str):  # type: ignore[no-untyped-def]
+        """A consumer reading from just after ``subscriber_id``'s last commit;
+        this process becomes the subscription's owner."""
+        from subscriptions.consumer import Consumer
+
+        return await Consumer(self, subscriber_id)._open()
+
     # -- positions -----------------------------------------------------------------
     async def _segments(self) -> list[tuple[LogSegmentMetadata, int]]:
         return await self.store.get_segments(self.name)

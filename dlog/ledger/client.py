@@ -123,8 +123,13 @@ class BookKeeper:
         password: bytes = b"",
         custom_metadata: Mapping[str, bytes] | None = None,
         create_context: LedgerCreateContext | None = None,
+        *,
+        ledger_id: int | None = None,
     ) -> WriteHandle:
-        """Create a ledger on ``ensemble_size`` writable bookies and open it for writing."""
+        """Create a ledger on ``ensemble_size`` writable bookies and open it
+        for writing. ``ledger_id`` (from :meth:`generate_ledger_id`) creates
+        it under an id the caller recorded beforehand (BookKeeper's
+        createLedgerAdv); LedgerExistsError if that id is taken."""
         self._check_open()
         if not ensemble_size >= write_quorum >= ack_quorum >= 1:
             raise IncorrectParameterError(
@@ -137,7 +142,8 @@ class BookKeeper:
             except KeyError:
                 raise IncorrectParameterError(f"unknown digest type {digest_type!r}") from None
         ensemble = self.placement.new_ensemble(ensemble_size, self.watcher.writable)
-        ledger_id = await self.metadata_store.generate_ledger_id()
+        if ledger_id is None:
+            ledger_id = await self.metadata_store.generate_ledger_id()
         md = LedgerMetadata(
             ledger_id=ledger_id,
             ensemble_size=ensemble_size,
@@ -155,6 +161,11 @@ class BookKeeper:
         md, version = await self.metadata_store.create(md)
         log.debug("created ledger %d on %s", ledger_id, ensemble)
         return WriteHandle(self, md, version, password)
+
+    async def generate_ledger_id(self) -> int:
+        """Reserve a ledger id without creating the ledger."""
+        self._check_open()
+        return await self.metadata_store.generate_ledger_id()
 
     async def open_ledger(
         self, ledger_id: int, password: bytes = b"", recovery: bool = True

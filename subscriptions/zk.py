@@ -1,0 +1,155 @@
+"""DistributedLog's ZooKeeper SubscriptionsStore: one znode per subscriber
+holding the base64 DLSN, one ZooKeeper write per position change.
+
+Writes are compare-and-set on the znode version, so a store notices when
+someone else changed the node: it keeps the later position and never
+regresses, and if another store converted the subscription to the
+log-segment format it stops with SubscriptionFencedError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+
+from dlog.dlsn import DLSN
+from dlog.errors import SubscriptionFencedError
+from dlog.zk import BadVersionError, NodeExistsError, NoNodeError
+from subscriptions.format import ZK_FORMAT, SegmentSubscription, ZkPosition, encode_zk_position
+from subscriptions.store import SubscriptionsStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class _State:
+    position: DLSN
+    version: int | None  # None: the znode does not exist
+    lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
+
+
+class ZKSubscriptionsStore(SubscriptionsStore):
+    format = ZK_FORMAT
+
+    def __init__(self, log_manager) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(log_manager)
+        self._states: dict[str, _State] = {}
+        self._stale: dict[str, _State] = {}
+        self._loading: dict[str, asyncio.Future[_State]] = {}
+
+    def _owned(self, subscriber_id: str) -> tuple[DLSN, int | None] | None:
+        st = self._states.get(subscriber_id)
+        return (st.position, st.version) if st is not None and not st.lock.locked() else None
+
+    def _lost(self, subscriber_id: str) -> None:
+        # Not an error for DistributedLog's store: the next write compares
+        # versions and decides; just stop trusting the cached position.
+        st = self._states.get(subscriber_id)
+        if st is not None:
+            self._states.pop(subscriber_id, None)
+            self._stale[subscriber_id] = st
+
+    def _forget(self, subscriber_id: str) -> None:
+        self._states.pop(subscriber_id, None)
+        self._stale.pop(subscriber_id, None)
+
+    async def _state(self, subscriber_id: str) -> _State:
+        st = self._states.get(subscriber_id)
+        if st is not None:
+            return st
+        stale = self._stale.pop(subscriber_id, None)
+        if stale is not None:
+            # We wrote it before and someone changed it since: our next
+            # compare-and-set must notice that, not silently reload.
+            self._states[subscriber_id] = stale
+            return stale
+        pending = self._loading.get(subscriber_id)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[_State] = asyncio.get_running_loop().create_future()
+        self._loading[subscriber_id] = fut
+        try:
+            st = await self._load(subscriber_id)
+            self._states[subscriber_id] = st
+            fut.set_result(st)
+            return st
+        except BaseException as e:
+            fut.set_exception(e)
+            fut.exception()
+            raise
+        finally:
+            del self._loading[subscriber_id]
+
+    async def _load(self, subscriber_id: str) -> _State:
+        znode, version, position = await self.take_over(subscriber_id)
+        if isinstance(znode, SegmentSubscription):
+            # Convert: the segment's owner is fenced; write the position in
+            # DistributedLog's format, then drop the segments.
+            st = _State(position, version)
+            await self._write(subscriber_id, st, position, force=True)
+            await self.delete_ledgers(
+                znode.segment_id, znode.next_segment_id, znode.previous_segment_id
+            )
+            log.info(
+                "stream %s: converted subscriber %s to the ZooKeeper format at %s",
+                self.stream,
+                subscriber_id,
+                position,
+            )
+            return st
+        return _State(position, version)
+
+    async def acquire(self, subscriber_id: str) -> DLSN:
+        return (await self._state(subscriber_id)).position
+
+    async def advance_commit_position(self, subscriber_id: str, dlsn: DLSN) -> None:
+        st = await self._state(subscriber_id)
+        if dlsn <= st.position:
+            return
+        async with st.lock:
+            if dlsn > st.position:
+                await self._write(subscriber_id, st, dlsn)
+
+    async def reset_position(self, subscriber_id: str, dlsn: DLSN) -> None:
+        self._forget(subscriber_id)
+        st = await self._state(subscriber_id)
+        async with st.lock:
+            await self._write(subscriber_id, st, dlsn, force=True)
+
+    async def release(self, subscriber_id: str) -> None:
+        self._forget(subscriber_id)
+
+    async def _write(
+        self, subscriber_id: str, st: _State, dlsn: DLSN, *, force: bool = False
+    ) -> None:
+        path = self.znode(subscriber_id)
+        data = encode_zk_position(dlsn)
+        for _ in range(10):
+            try:
+                if st.version is None:
+                    await self.zk.create(path, data, makepath=True)
+                    st.version = 0
+                else:
+                    st.version = (await self.zk.set(path, data, version=st.version)).version
+                st.position = dlsn
+                return
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                znode, version = await self.read_znode(subscriber_id)
+            if isinstance(znode, SegmentSubscription):
+                self._forget(subscriber_id)
+                raise SubscriptionFencedError(
+                    f"stream {self.stream!r}: subscriber {subscriber_id!r} was taken over by a log-segment store"
+                )
+            st.version = version
+            if isinstance(znode, ZkPosition) and znode.position >= dlsn and not force:
+                st.position = znode.position  # someone committed further: keep it
+                return
+        raise SubscriptionFencedError(
+            f"stream {self.stream!r}: subscriber {subscriber_id!r} keeps changing under this store"
+        )
+
+    async def close(self) -> None:
+        await super().close()
+        self._states.clear()
+        self._stale.clear()
