@@ -187,8 +187,19 @@ class LogManager:
         segments become TRUNCATED, the completed segment holding ``dlsn``
         PARTIALLY_TRUNCATED from ``dlsn`` on. Readers skip truncated data;
         retention deletes truncated segments and their ledgers."""
+        segments = await self._segments()
+        try:
+            last = await self.get_last_dlsn()
+        except LogEmptyError:
+            last = None
+        if last is None or dlsn > last.next():
+            from dlog.errors import IncorrectParameterError
+
+            raise IncorrectParameterError(
+                f"cannot truncate stream {self.name!r} at {dlsn}: it is past the last record ({last})"
+            )
         changed = False
-        for seg, version in await self._segments():
+        for seg, version in segments:
             if seg.in_progress:
                 break
             if seg.last_dlsn < dlsn:

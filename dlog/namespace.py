@@ -14,7 +14,12 @@ from dlog.conf.dlog import DLogConfig
 from dlog.errors import LogNotFoundError, NoSuchLedgerError
 from dlog.ledger.client import BookKeeper
 from dlog.log import LogManager
-from dlog.log_metadata import LogMetadataStore, bind_namespace, validate_stream_name
+from dlog.log_metadata import (
+    LogMetadataStore,
+    bind_namespace,
+    read_namespace_binding,
+    validate_stream_name,
+)
 from dlog.uri import parse_metadata_service_uri, parse_namespace_uri
 from dlog.zk import ZooKeeper
 
@@ -35,15 +40,26 @@ class Namespace:
         self._logs: dict[str, LogManager] = {}
 
     @classmethod
-    async def open(cls, uri: str, config: DLogConfig | None = None) -> Namespace:
-        """Connect to a namespace, binding it to its bookies on first use."""
+    async def open(
+        cls, uri: str, config: DLogConfig | None = None, *, bind: bool = True
+    ) -> Namespace:
+        """Connect to a namespace, binding it to its bookies on first use.
+        With ``bind=False`` (read-only tools) an unbound namespace is an
+        error instead: a typo must not create a namespace."""
         ns = cls(uri, config or DLogConfig())
-        await ns.zk.start()
+        await ns.zk.start(timeout=ns.conf.zk_session_timeout_seconds)
         try:
-            default = ns.conf.bkc.metadata_service_uri
-            if default == ClientConfig().metadata_service_uri:
-                default = f"zk+hierarchical://{ns.hosts}/ledgers"
-            ns.binding = await bind_namespace(ns.zk, ns.path, default)
+            if bind:
+                default = ns.conf.bkc.metadata_service_uri
+                if default == ClientConfig().metadata_service_uri:
+                    default = f"zk+hierarchical://{ns.hosts}/ledgers"
+                ns.binding = await bind_namespace(ns.zk, ns.path, default)
+            else:
+                ns.binding = await read_namespace_binding(ns.zk, ns.path)
+                if ns.binding is None:
+                    raise LogNotFoundError(
+                        f"namespace {uri} does not exist (it has never been bound to bookies)"
+                    )
             ledgers_uri = ns.binding.metadata_service_uri
             same_zk = parse_metadata_service_uri(ledgers_uri).hosts == ns.hosts
             bkc = ns.conf.bkc.with_overrides({"metadataServiceUri": ledgers_uri})

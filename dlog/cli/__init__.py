@@ -6,7 +6,9 @@ import typer
 
 from dlog.cli import bookie as _bookie
 from dlog.cli import conf as _conf
+from dlog.cli import sandbox as _sandbox
 from dlog.cli import shell as _shell
+from dlog.cli import stream as _stream
 
 app = typer.Typer(
     name="dlog",
@@ -17,6 +19,11 @@ app = typer.Typer(
 app.command("bookie")(_bookie.bookie)
 app.add_typer(_shell.app, name="shell")
 app.add_typer(_conf.app, name="conf")
+app.add_typer(_sandbox.app, name="sandbox")
+app.add_typer(_stream.app, name="stream")
+app.command("write")(_stream.write)
+app.command("tail")(_stream.tail)
+app.add_typer(_stream.dlsn_app, name="dlsn")
 
 
 def main() -> None:

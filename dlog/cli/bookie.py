@@ -30,4 +30,6 @@ def bookie(
         code = run(config)
     except DLogError as e:
         raise fail(str(e)) from None
+    except OSError as e:
+        raise fail(f"cannot start the bookie: {e}") from None
     raise typer.Exit(code)

@@ -42,7 +42,7 @@ def load_config(cls: type[C], conf: Path | None, sets: list[str] | None, **extra
 def fail(message: str, code: int = 1) -> typer.Exit:
     from rich.markup import escape
 
-    err_console.print(f"[bold red]error:[/] {escape(message)}")
+    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     return typer.Exit(code)
 
 

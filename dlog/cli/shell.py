@@ -64,11 +64,11 @@ def _read_conf(conf: Path) -> dict[str, str]:
     try:
         text = conf.read_text()
     except OSError as e:
-        raise fail(f"{_esc(str(conf))}: cannot read configuration file: {e.strerror}", 2) from None
+        raise fail(f"{conf}: cannot read configuration file: {e.strerror}", 2) from None
     try:
         return parse_properties(text, str(conf))
     except DLogError as e:
-        raise fail(_esc(str(e)), 2) from None
+        raise fail(str(e), 2) from None
 
 
 def resolve_service_uri(service_uri: str | None, conf: Path | None) -> str:
@@ -103,7 +103,7 @@ def client_config(service_uri: str | None, conf: Path | None) -> ClientConfig:
             values, str(conf) if conf is not None else "<command line>"
         )
     except DLogError as e:
-        raise fail(_esc(str(e)), 2) from None
+        raise fail(str(e), 2) from None
 
 
 def _setup_logging() -> None:
@@ -135,16 +135,16 @@ def run_client(
     try:
         return asyncio.run(go())
     except DLogError as e:
-        raise fail(_esc(str(e))) from None
+        raise fail(str(e)) from None
     except BrokenPipeError:
         raise
     except (OSError, TimeoutError, ValueError) as e:
-        raise fail(_esc(f"{type(e).__name__}: {e}")) from None
+        raise fail(f"{type(e).__name__}: {e}") from None
     except Exception as e:
         from kazoo.exceptions import KazooException
 
         if isinstance(e, KazooException):
-            raise fail(_esc(f"ZooKeeper: {type(e).__name__}: {e}")) from None
+            raise fail(f"ZooKeeper: {type(e).__name__}: {e}") from None
         raise
 
 
@@ -193,7 +193,7 @@ def init_new_cluster(
     try:
         instance = asyncio.run(go())
     except (DLogError, ValueError) as e:
-        raise fail(_esc(str(e))) from None
+        raise fail(str(e)) from None
     console.print(f"cluster ready at [bold]{_esc(uri)}[/] (instance id {instance})")
 
 

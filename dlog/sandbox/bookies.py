@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from dlog.conf.bookie import BookieConfig
-from dlog.sandbox.zookeeper import free_port, stop_pid
+from dlog.sandbox.zookeeper import free_port, pid_alive, stop_pid
 
 
 class BookieLaunchError(RuntimeError):
@@ -194,7 +194,9 @@ class BookieProcess:
         return self.start(timeout)
 
     def is_running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        if self.process is not None:
+            return self.process.poll() is None
+        return self.pid is not None and pid_alive(self.pid)
 
     def log_tail(self, lines: int = 30) -> str:
         return _tail(self.log_path, lines)

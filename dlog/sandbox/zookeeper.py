@@ -217,11 +217,7 @@ class ZooKeeperServer:
             return self.process.poll() is None
         if self.pid is None:
             return False
-        try:
-            os.kill(self.pid, 0)
-            return True
-        except OSError:
-            return False
+        return pid_alive(self.pid)
 
     def stop(self, timeout: float = 10.0) -> None:
         proc = self.process
@@ -251,6 +247,22 @@ class ZooKeeperServer:
         self.cleanup()
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs; a zombie (exited, not yet reaped by a parent
+    that is gone or does not reap) counts as dead."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
 def stop_pid(pid: int, timeout: float = 10.0) -> None:
     """SIGTERM a process we do not own a handle to, then SIGKILL it."""
     try:
@@ -259,9 +271,11 @@ def stop_pid(pid: int, timeout: float = 10.0) -> None:
         return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not pid_alive(pid):
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
             return
         try:
             os.waitpid(pid, os.WNOHANG)
