@@ -24,6 +24,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -50,6 +51,8 @@ if TYPE_CHECKING:
     from dlog.log import LogManager
 
 log = logging.getLogger(__name__)
+
+_tuple_new = tuple.__new__
 
 
 @dataclasses.dataclass(eq=False)
@@ -87,7 +90,10 @@ class LogWriter:
         self._max_segment_age = conf.log_segment_rolling_minutes * 60.0
         self._compression = conf.compression_type
         self._segment: _Segment | None = None
-        self._queued: list[tuple[LogRecord, asyncio.Future[DLSN]]] = []
+        # A deque: records written before the first segment exists (or
+        # during a roll) can number hundreds of thousands; list.pop(0) made
+        # draining them quadratic.
+        self._queued: deque[tuple[LogRecord, asyncio.Future[DLSN]]] = deque()
         self._starting: asyncio.Task[None] | None = None
         self._completing: asyncio.Task[None] | None = None
         self._error: DLogError | None = None
@@ -100,12 +106,16 @@ class LogWriter:
         self._next_start_sequence_id = 0
         self._tasks: set[asyncio.Task[object]] = set()
         self._purge_task: asyncio.Task[None] | None = None
+        # Set by _open. Cached: asyncio.get_running_loop() costs a getpid()
+        # system call on Python 3.11, too much to pay once per record.
+        self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.segments_written = 0
 
     # ------------------------------------------------------------------
     # opening
     # ------------------------------------------------------------------
     async def _open(self) -> LogWriter:
+        self._loop = asyncio.get_running_loop()
         await self._lock.acquire(self.conf.lock_timeout_seconds)
         self._lock.on_lost(
             lambda: self._set_error(LockingError(f"lost ownership of stream {self.name!r}"))
@@ -132,7 +142,7 @@ class LogWriter:
         except BaseException:
             await self._lock.release()
             raise
-        self._purge_task = asyncio.get_running_loop().create_task(self._purge_loop())
+        self._purge_task = self._loop.create_task(self._purge_loop())
         return self
 
     async def _recover_segment(self, meta: LogSegmentMetadata, version: int) -> None:
@@ -219,7 +229,7 @@ class LogWriter:
         if record.txid < self._last_txid:
             raise TransactionIdOutOfOrderError(self._last_txid, record.txid)
         self._last_txid = record.txid
-        fut: asyncio.Future[DLSN] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[DLSN] = self._loop.create_future()
         seg = self._segment
         if seg is None or seg.rolling:
             self._queued.append((record, fut))
@@ -245,7 +255,7 @@ class LogWriter:
         if self._immediate or seg.buffer.num_bytes >= self._buffer_size:
             self._transmit(seg)
         elif self._flush_s > 0 and seg.timer is None:
-            seg.timer = asyncio.get_running_loop().call_later(self._flush_s, self._transmit, seg)
+            seg.timer = self._loop.call_later(self._flush_s, self._transmit, seg)
 
     def _transmit(self, seg: _Segment) -> None:
         if seg.timer is not None:
@@ -297,8 +307,11 @@ class LogWriter:
             return
         entry_id = entry_fut.result()
         last = None
+        # Once per record: build the DLSN tuple directly, skipping the
+        # constructor's range checks (all three are known-good ints).
+        new = _tuple_new
         for fut, slot in futures:
-            last = DLSN(seqno, entry_id, slot)
+            last = new(DLSN, (seqno, entry_id, slot))
             if not fut.done():
                 fut.set_result(last)
         if last is not None and last > self._last_dlsn:
@@ -336,7 +349,7 @@ class LogWriter:
             return
         self._error = error
         log.error("stream %s: writer failed: %s", self.name, error)
-        queued, self._queued = self._queued, []
+        queued, self._queued = self._queued, deque()
         for _, fut in queued:
             _fail(fut, error)
         seg = self._segment
@@ -390,7 +403,7 @@ class LogWriter:
             if seg is None or seg.rolling or self._error is not None:
                 self._ensure_segment()
                 return
-            record, fut = self._queued.pop(0)
+            record, fut = self._queued.popleft()
             if not fut.done():
                 self._buffer(seg, record, fut)
 

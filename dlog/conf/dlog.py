@@ -305,6 +305,14 @@ class DLogConfig(Config):
             alias_of[target] = key
         return super().from_mapping(resolved, source)
 
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Self:
+        """As :meth:`Config.with_overrides`; an override given by its old
+        spelling replaces the current setting rather than clashing with it."""
+        current = self.to_properties()
+        for key, value in overrides.items():
+            current[KEY_ALIASES.get(key, key)] = value
+        return type(self).from_mapping(current)
+
     def validate(self) -> None:
         if self.write_quorum_size > self.ensemble_size:
             raise ConfigError(

@@ -18,11 +18,19 @@ from dlog.record import LogRecord
 pytestmark = pytest.mark.fault
 
 
-def test_kill_9_the_writer_process(bookie_cluster, zk_server, zk_root: str, ledgers_uri: str) -> None:
+def test_kill_9_the_writer_process(
+    bookie_cluster, zk_server, zk_root: str, ledgers_uri: str
+) -> None:
     bookie_cluster(3)
     uri = f"distributedlog://{zk_server.connect_string}{zk_root}/ns"
     proc = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("log_writer.py")), uri, ledgers_uri, "events"],
+        [
+            sys.executable,
+            str(Path(__file__).with_name("log_writer.py")),
+            uri,
+            ledgers_uri,
+            "events",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -60,7 +68,9 @@ def test_kill_9_the_writer_process(bookie_cluster, zk_server, zk_root: str, ledg
             writer = await log.open_writer()
             start = writer.last_txid + 1
             assert start > max(acked)  # nothing acknowledged was lost by recovery
-            await writer.write_bulk([LogRecord(t, b"payload-%d" % t) for t in range(start, start + 100)])
+            await writer.write_bulk(
+                [LogRecord(t, b"payload-%d" % t) for t in range(start, start + 100)]
+            )
             await writer.close()
             reader = await log.open_reader()
             got: list[int] = []

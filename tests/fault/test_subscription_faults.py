@@ -15,7 +15,9 @@ pytestmark = pytest.mark.fault
 SCRIPT = str(Path(__file__).with_name("subscription_committer.py"))
 
 
-def test_kill_9_after_acknowledged_commits_20_times(bookie_cluster, zk_server, zk_root: str, ledgers_uri: str) -> None:
+def test_kill_9_after_acknowledged_commits_20_times(
+    bookie_cluster, zk_server, zk_root: str, ledgers_uri: str
+) -> None:
     bookie_cluster(3)
     uri = f"distributedlog://{zk_server.connect_string}{zk_root}/ns"
     rng = random.Random(20)
@@ -33,7 +35,9 @@ def test_kill_9_after_acknowledged_commits_20_times(bookie_cluster, zk_server, z
             assert line.startswith("START"), line + proc.stderr.read()
             start = int(line.split()[1])
             # The position after a kill -9 is the last acknowledged commit.
-            assert start == last_acked, f"round {round_}: restarted at {start}, last acknowledged {last_acked}"
+            assert start == last_acked, (
+                f"round {round_}: restarted at {start}, last acknowledged {last_acked}"
+            )
             for _ in range(count):
                 line = proc.stdout.readline()
                 assert line.startswith("ACK"), line + proc.stderr.read()

@@ -1,0 +1,382 @@
+"""The blocking facade of the log API (dlog.sync): plain calls, threads and
+processes. Real ZooKeeper and three real bookie processes."""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from dlog.conf.dlog import DLogConfig
+from dlog.dlsn import DLSN
+from dlog.errors import (
+    AlreadyClosedError,
+    EndOfStreamError,
+    LogNotFoundError,
+    ReadCancelledError,
+    TransactionIdOutOfOrderError,
+)
+from dlog.loop_thread import default_loop_thread
+from dlog.record import LogRecord
+from dlog.sync import Namespace, SyncNamespace
+
+SETTINGS = {
+    "ensemble-size": 3,
+    "write-quorum-size": 2,
+    "ack-quorum-size": 2,
+    "zkSessionTimeoutSeconds": 4,
+    "lockTimeoutSeconds": 1,
+}
+
+
+def payload(i: int) -> bytes:
+    return b"record-%06d-" % i + b"x" * 40
+
+
+@pytest.fixture
+def open_ns(  # type: ignore[no-untyped-def]
+    bookie_cluster, zk_server, zk_root, ledgers_uri
+) -> Iterator[Callable[..., SyncNamespace]]:
+    """``open_ns(**overrides)``: a sync namespace on 3 bookie processes."""
+    bookie_cluster(3)
+    uri = f"distributedlog://{zk_server.connect_string}{zk_root}/ns"
+    opened: list[SyncNamespace] = []
+
+    def factory(**overrides: object) -> SyncNamespace:
+        conf = DLogConfig.load(
+            overrides={**SETTINGS, "bkc.metadataServiceUri": ledgers_uri, **overrides}
+        )
+        ns = Namespace.open(uri, conf)
+        opened.append(ns)
+        return ns
+
+    factory.uri = uri  # type: ignore[attr-defined]
+    factory.settings = {**SETTINGS, "bkc.metadataServiceUri": ledgers_uri}  # type: ignore[attr-defined]
+    yield factory
+    for ns in opened:
+        ns.close()
+
+
+def test_write_read_iterate_end_of_stream(open_ns) -> None:  # type: ignore[no-untyped-def]
+    assert Namespace is SyncNamespace
+    with open_ns() as ns:
+        assert not ns.log_exists("events")
+        ns.create_log("events")
+        assert ns.log_exists("events") and ns.get_logs() == ["events"]
+        log = ns.open_log("events")
+        assert ns.open_log("events") is log
+
+        with log.open_writer() as writer:
+            first = writer.write(LogRecord(0, payload(0)))
+            assert first == DLSN(1, 0, 0)
+            bulk = writer.write_bulk(LogRecord(i, payload(i)) for i in range(1, 100))
+            futures = [writer.write_nowait(LogRecord(i, payload(i))) for i in range(100, 1000)]
+            last = writer.flush()
+            assert all(f.done() for f in futures)
+            dlsns = [first, *bulk, *(f.result() for f in futures)]
+            assert dlsns == sorted(dlsns) and len(set(dlsns)) == 1000
+            assert last == dlsns[-1] == writer.last_dlsn
+            assert writer.last_txid == 999
+
+            # An out-of-order txid fails that record's future, not the writer.
+            with pytest.raises(TransactionIdOutOfOrderError):
+                writer.write_nowait(LogRecord(5, b"late")).result(10)
+            # Cancelling a future does not withdraw its record: no gaps.
+            writer.write_nowait(LogRecord(1000, payload(1000))).cancel()
+            dlsns.append(writer.flush())
+            assert log.get_first_dlsn() == first
+            assert log.get_last_dlsn() == dlsns[-1]
+            assert log.get_last_txid() == 1000
+            assert log.get_record_count() == 1001
+
+            with log.open_reader() as reader:
+                r = reader.read_next(timeout=10)
+                assert r is not None and r.txid == 0 and r.payload == payload(0)
+                got = [r, *reader.read_bulk(9, timeout=10)]
+                assert [x.txid for x in got] == list(range(10))
+                assert reader.position == dlsns[9]
+                # Iteration continues where read_next/read_bulk stopped; break
+                # out of it and read_next continues from there.
+                for record in reader:
+                    got.append(record)
+                    if record.txid == 499:
+                        break
+                assert reader.read_next(timeout=10).txid == 500
+                rest = []
+                while len(rest) < 500:
+                    rest += reader.read_bulk(1000, timeout=10)
+                assert [x.txid for x in rest] == list(range(501, 1001))
+                assert reader.read_next(timeout=0.2) is None  # at the tail
+
+            eos = writer.mark_end_of_stream()
+            assert eos > dlsns[-1]
+            with pytest.raises(EndOfStreamError):
+                writer.write(LogRecord(2000, b"after the end"))
+        assert writer.is_closed
+
+        # A reader iterates to the end of the stream and stops there.
+        with log.open_reader(from_dlsn=dlsns[10]) as reader:
+            got = list(reader)
+            assert [r.txid for r in got] == list(range(10, 1001))
+            assert [r.payload for r in got] == [payload(i) for i in range(10, 1001)]
+            assert [r.dlsn for r in got] == dlsns[10:]
+            with pytest.raises(EndOfStreamError):
+                reader.read_next(timeout=1)
+        with log.open_reader(from_txid=995) as reader:
+            assert [r.txid for r in reader] == list(range(995, 1001))
+
+        assert log.truncate(dlsns[500]) is True
+        ns.delete_log("events")
+        assert not ns.log_exists("events")
+        with pytest.raises(LogNotFoundError):
+            log.open_reader()
+
+
+def test_tailing_reader_in_another_thread(open_ns) -> None:  # type: ignore[no-untyped-def]
+    ns = open_ns()
+    log = ns.open_log("tail")
+    writer = log.open_writer()
+    writer.write(LogRecord(0, payload(0)))
+    reader = log.open_reader()
+    received: list[int] = []
+    errors: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            for record in reader:  # blocks at the tail until the end of stream
+                received.append(record.txid)
+        except BaseException as e:
+            errors.append(e)
+
+    t = threading.Thread(target=consume)
+    t.start()
+    for i in range(1, 300):
+        writer.write_nowait(LogRecord(i, payload(i)))
+        if i % 50 == 0:
+            writer.flush()
+            time.sleep(0.05)
+    writer.mark_end_of_stream()
+    t.join(30)
+    assert not t.is_alive() and not errors
+    assert received == list(range(300))
+    reader.close()
+    writer.close()
+
+
+def test_four_threads_four_streams(open_ns) -> None:  # type: ignore[no-untyped-def]
+    ns = open_ns()
+    n = 3000
+    results: dict[str, list[DLSN]] = {}
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def produce(k: int) -> None:
+        try:
+            name = f"stream-{k}"
+            log = ns.open_log(name)
+            with log.open_writer() as writer:
+                start.wait(30)
+                futures = []
+                for i in range(n):
+                    rec = LogRecord(i, b"%d:" % k + payload(i))
+                    if i % 500 == 0:
+                        futures.append(None)
+                        assert writer.write(rec) is not None
+                    else:
+                        futures.append(writer.write_nowait(rec))
+                writer.flush()
+                results[name] = [f.result(30) for f in futures if f is not None]
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=produce, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert sorted(ns.get_logs()) == [f"stream-{k}" for k in range(4)]
+
+    # Read the four streams back from four threads too.
+    read: dict[str, list[int]] = {}
+
+    def consume(k: int) -> None:
+        try:
+            name = f"stream-{k}"
+            with ns.open_log(name).open_reader() as reader:
+                got = []
+                while len(got) < n:
+                    batch = reader.read_bulk(1000, timeout=10)
+                    assert batch, f"{name}: stalled at {len(got)}"
+                    for r in batch:
+                        assert r.payload == b"%d:" % k + payload(r.txid)
+                    got.extend(r.txid for r in batch)
+                read[name] = got
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=consume, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    for k in range(4):
+        name = f"stream-{k}"
+        assert read[name] == list(range(n))
+        dlsns = results[name]
+        assert len(dlsns) == n - n // 500 and dlsns == sorted(dlsns)
+        assert ns.open_log(name).get_record_count() == n
+
+
+def test_one_writer_shared_by_threads(open_ns) -> None:  # type: ignore[no-untyped-def]
+    """Threads sharing one writer: each thread's records stay in its order."""
+    ns = open_ns()
+    log = ns.open_log("shared")
+    writer = log.open_writer()
+    counter = iter(range(1_000_000))
+    lock = threading.Lock()
+    futures: list[tuple[int, int, object]] = []
+
+    def produce(k: int) -> None:
+        for j in range(500):
+            with lock:  # txids must not go backwards: take one and queue it atomically
+                txid = next(counter)
+                futures.append((k, j, writer.write_nowait(LogRecord(txid, b"%d/%d" % (k, j)))))
+
+    threads = [threading.Thread(target=produce, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    writer.close()
+    by_thread: dict[int, list[DLSN]] = {}
+    for k, _, f in futures:
+        by_thread.setdefault(k, []).append(f.result(10))  # type: ignore[attr-defined]
+    for dlsns in by_thread.values():
+        assert len(dlsns) == 500 and dlsns == sorted(dlsns)
+    with log.open_reader() as reader:
+        got = reader.read_bulk(2000, timeout=10)
+        while len(got) < 2000:
+            got += reader.read_bulk(2000, timeout=10)
+    assert [r.txid for r in got] == list(range(2000))
+
+
+def test_close_stops_blocked_reader_and_errors(open_ns) -> None:  # type: ignore[no-untyped-def]
+    ns = open_ns()
+    log = ns.open_log("close")
+    writer = log.open_writer()
+    writer.write(LogRecord(1, b"one"))
+    reader = log.open_reader()
+    assert reader.read_next(timeout=10).payload == b"one"
+    # Nothing more arrives: a timed read returns None.
+    assert reader.read_next(timeout=0.2) is None
+
+    # A reader blocked (no timeout) in one thread ends when another closes it.
+    outcome: list[object] = []
+
+    def blocked_read() -> None:
+        try:
+            outcome.append(reader.read_next())
+        except BaseException as e:
+            outcome.append(e)
+
+    t = threading.Thread(target=blocked_read)
+    t.start()
+    time.sleep(0.3)
+    assert t.is_alive()
+    reader.close()
+    t.join(10)
+    assert not t.is_alive() and isinstance(outcome[0], ReadCancelledError)
+    with pytest.raises(ReadCancelledError):
+        reader.read_next(timeout=1)
+    assert list(reader) == []
+
+    # Iteration stops when the reader is closed from another thread.
+    reader2 = log.open_reader()
+    seen: list[int] = []
+    t = threading.Thread(target=lambda: seen.extend(r.txid for r in reader2))
+    t.start()
+    time.sleep(0.5)
+    reader2.close()
+    t.join(10)
+    assert not t.is_alive() and seen == [1]
+
+    writer.close()
+    with pytest.raises(AlreadyClosedError):
+        writer.write(LogRecord(2, b"closed"))
+    with pytest.raises(TypeError):
+        writer.write_nowait(b"not a record")  # type: ignore[arg-type]
+
+    # Not from the loop thread itself (it would wait on itself forever).
+    loop = default_loop_thread().loop
+    done = threading.Event()
+    caught: list[BaseException] = []
+
+    def on_loop() -> None:
+        try:
+            ns.log_exists("close")
+        except RuntimeError as e:
+            caught.append(e)
+        done.set()
+
+    loop.call_soon_threadsafe(on_loop)
+    assert done.wait(5) and caught
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(ns)
+
+
+# -- processes -----------------------------------------------------------------
+
+
+def _child_write(uri: str, settings: dict[str, object], stream: str, count: int) -> None:
+    """In a child process: open a namespace there and write ``count`` records."""
+    with Namespace.open(uri, settings) as ns, ns.open_log(stream).open_writer() as writer:
+        writer.write_bulk(LogRecord(i, b"%s-%d" % (stream.encode(), i)) for i in range(count))
+
+
+def _child_use_inherited(ns: SyncNamespace, result: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    """In a forked child: the parent's namespace must fail fast, not hang."""
+    try:
+        ns.log_exists("x")
+        result.put("no error")
+    except RuntimeError as e:
+        result.put(f"RuntimeError: {e}")
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_subprocesses_open_their_own_namespace(open_ns, method: str) -> None:  # type: ignore[no-untyped-def]
+    ns = open_ns()
+    ns.create_log("parent")  # the parent's loop thread is running when we fork
+    ctx = multiprocessing.get_context(method)
+    procs = [
+        ctx.Process(target=_child_write, args=(open_ns.uri, open_ns.settings, f"child-{k}", 200))
+        for k in range(2)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    for k in range(2):
+        stream = f"child-{k}"
+        with ns.open_log(stream).open_reader() as reader:
+            got = []
+            while len(got) < 200:
+                batch = reader.read_bulk(200, timeout=10)
+                assert batch
+                got += batch
+        assert [r.payload for r in got] == [b"%s-%d" % (stream.encode(), i) for i in range(200)]
+
+    if method == "fork":
+        result = ctx.Queue()
+        p = ctx.Process(target=_child_use_inherited, args=(ns, result))
+        p.start()
+        p.join(30)
+        assert p.exitcode == 0
+        message = result.get(timeout=5)
+        assert message.startswith("RuntimeError") and "fork" in message
