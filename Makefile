@@ -1,5 +1,5 @@
 # dlog: every target installs what it needs on a fresh Debian machine.
-#   make demo   install, start ZooKeeper and a bookie, run the end-to-end job
+#   make demo   install, start a sandbox (ZooKeeper + 3 bookies), run the end-to-end job
 #   make test   install, run the whole test suite
 #   make proto  regenerate dlog/protocol/*_pb2.py from proto/
 #   make bench  install, run the benchmarks (JSON on stdout)
@@ -9,7 +9,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-EXTRAS ?= test
+EXTRAS ?= test,spark
 STAMP := $(VENV)/.installed-$(EXTRAS)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PROTOS := $(wildcard proto/*.proto)
@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml | system-deps
 install: system-deps $(STAMP)
 
 demo: install
-	$(PY) examples/bookie_roundtrip.py
+	$(PY) examples/demo.py
 
 test: install
 	$(PY) -m ruff check dlog subscriptions tests bench examples
@@ -41,8 +41,10 @@ test: install
 proto: install
 	$(PY) -m grpc_tools.protoc -I proto --python_out=dlog/protocol --pyi_out=dlog/protocol $(PROTOS)
 
+BENCHES ?= bookie_add ledger_throughput dlog_write subscriptions
+
 bench: install
-	$(PY) bench/bookie_add.py
+	@for b in $(BENCHES); do echo "== bench/$$b.py"; $(PY) bench/$$b.py || exit 1; done
 
 lint: install
 	$(PY) -m ruff check .
