@@ -81,3 +81,12 @@ def parse_namespace_uri(uri: str) -> NamespaceUri:
         hosts=_split_hosts(parts.netloc, uri),
         path=_clean_path(parts.path, uri, "namespace"),
     )
+
+
+def check_metadata_service_uri(value: str) -> str | None:
+    """Config check: why ``value`` is not a metadata service URI, or None."""
+    try:
+        parse_metadata_service_uri(value)
+    except ValueError as e:
+        return str(e)
+    return None

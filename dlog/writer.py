@@ -44,6 +44,7 @@ from dlog.errors import (
 from dlog.ledger.metadata import LedgerCloseContext, LedgerCreateContext, LedgerOwner
 from dlog.ledger.write_handle import WriteHandle
 from dlog.lock import DistributedLock
+from dlog.periodic import PeriodicTask
 from dlog.record import MAX_TXID, LogRecord, RecordSetWriter, decode_entry
 from dlog.segment import LogSegmentMetadata
 
@@ -105,7 +106,12 @@ class LogWriter:
         self._next_seqno = conf.first_log_segment_sequence_number
         self._next_start_sequence_id = 0
         self._tasks: set[asyncio.Task[object]] = set()
-        self._purge_task: asyncio.Task[None] | None = None
+        self._purger = PeriodicTask(
+            max(1.0, conf.retention_check_interval_minutes * 60.0),
+            self._purge,
+            f"retention purge of {self.name}",
+            run_first=True,
+        )
         # Set by _open. Cached: asyncio.get_running_loop() costs a getpid()
         # system call on Python 3.11, too much to pay once per record.
         self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
@@ -142,7 +148,7 @@ class LogWriter:
         except BaseException:
             await self._lock.release()
             raise
-        self._purge_task = self._loop.create_task(self._purge_loop())
+        self._purger.start()
         return self
 
     async def _recover_segment(self, meta: LogSegmentMetadata, version: int) -> None:
@@ -570,8 +576,7 @@ class LogWriter:
                         "stream %s: could not complete the segment on close: %s", self.name, e
                     )
         finally:
-            if self._purge_task is not None:
-                self._purge_task.cancel()
+            await self._purger.stop()
             await self._lock.release()
 
     async def __aenter__(self) -> LogWriter:
@@ -583,12 +588,6 @@ class LogWriter:
     # ------------------------------------------------------------------
     # retention
     # ------------------------------------------------------------------
-    async def _purge_loop(self) -> None:
-        interval = max(1.0, self.conf.retention_check_interval_minutes * 60.0)
-        while True:
-            await self._purge()
-            await asyncio.sleep(interval)
-
     async def _purge(self) -> None:
         try:
             await self.log.purge_expired()

@@ -18,6 +18,7 @@ from dlog.bookie import journal_format as jf
 from dlog.bookie.journal import Journal
 from dlog.bookie.ledger_storage import DbLedgerStorage
 from dlog.failpoints import failpoint
+from dlog.periodic import PeriodicTask
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ class Checkpointer:
         self.ledger_dirs = ledger_dirs
         self.interval = interval_ms / 1000.0
         self._lock = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
+        self._periodic = PeriodicTask(self.interval, self.checkpoint, "checkpoint")
         self.checkpoints = 0
         self.last_duration = 0.0
         self.last_marks: list[jf.LogMark] = []
@@ -71,22 +72,8 @@ class Checkpointer:
             self.last_marks = marks
             return marks
 
-    async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                await self.checkpoint()
-            except Exception as e:
-                log.error("checkpoint failed: %s; lastMark not advanced", e)
-
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self.run())
+        self._periodic.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await self._periodic.stop()

@@ -7,12 +7,13 @@ flap. The bookie turns read-only while any directory it writes to is full.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+
+from dlog.periodic import PeriodicTask
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ class DiskMonitor:
         self.full: set[Path] = set()
         self._on_change = on_change
         self._usage = usage
-        self._task: asyncio.Task[None] | None = None
+        self._periodic = PeriodicTask(self.interval, self.check, "disk check")
 
     def check(self) -> set[Path]:
         """Re-evaluate every directory; calls on_change when the set changes."""
@@ -74,24 +75,11 @@ class DiskMonitor:
             self.full.add(d)
             self._on_change(set(self.full))
 
-    async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                self.check()
-            except Exception:
-                log.exception("disk check failed")
-
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self.run())
+        self._periodic.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await self._periodic.stop()
 
     def capacity(self) -> tuple[int, int]:
         """(total, free) bytes over the distinct filesystems of the dirs."""

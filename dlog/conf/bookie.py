@@ -7,18 +7,9 @@ import os
 
 from dlog.conf.base import Config, setting
 from dlog.errors import ConfigError
+from dlog.uri import check_metadata_service_uri
 
 DB_LEDGER_STORAGE = "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage"
-
-
-def _metadata_uri(value: str) -> str | None:
-    from dlog.uri import parse_metadata_service_uri
-
-    try:
-        parse_metadata_service_uri(value)
-    except ValueError as e:
-        return str(e)
-    return None
 
 
 def _non_empty(value: list[str]) -> str | None:
@@ -60,7 +51,7 @@ class BookieConfig(Config):
         "metadataServiceUri",
         "zk+hierarchical://localhost:2181/ledgers",
         "Where ledger metadata and bookie registrations live.",
-        check=_metadata_uri,
+        check=check_metadata_service_uri,
     )
     zk_timeout: int = setting("zkTimeout", 10000, "ZooKeeper session timeout.", min=1000, unit="ms")
     enable_statistics: bool = setting(

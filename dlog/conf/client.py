@@ -5,16 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from dlog.conf.base import Config, setting
-
-
-def _metadata_uri(value: str) -> str | None:
-    from dlog.uri import parse_metadata_service_uri
-
-    try:
-        parse_metadata_service_uri(value)
-    except ValueError as e:
-        return str(e)
-    return None
+from dlog.uri import check_metadata_service_uri
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +16,7 @@ class ClientConfig(Config):
         "metadataServiceUri",
         "zk+hierarchical://localhost:2181/ledgers",
         "Where ledger metadata and bookie registrations live.",
-        check=_metadata_uri,
+        check=check_metadata_service_uri,
     )
     zk_timeout: int = setting("zkTimeout", 10000, "ZooKeeper session timeout.", min=1000, unit="ms")
     add_entry_timeout_sec: int = setting(
