@@ -86,6 +86,7 @@ class _Owned:
     idle: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     error: DLogError | None = None
     lac_task: asyncio.Task[None] | None = None
+    pump_scheduled: bool = False
 
     def __post_init__(self) -> None:
         self.requested = self.sent = self.durable
@@ -156,6 +157,9 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
             del self._acquiring[subscriber_id]
 
     async def _take_ownership(self, subscriber_id: str, position: DLSN | None) -> _Owned:
+        # Reserve the new segment's id first: the read, the fencing and the
+        # compare-and-set that follow then race a busy owner over a shorter window.
+        new_id = await self.bk.generate_ledger_id()
         znode, version, current = await self.take_over(subscriber_id)  # fences the old owner
         if position is None:
             position = current
@@ -171,7 +175,7 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
         st = _Owned(subscriber_id, base, version if version is not None else -1, position)
         # Writing the znode (a switch to a fresh segment) is what makes this
         # process the owner: a zombie's next switch fails its compare-and-set.
-        await self._switch(st, fresh=version is None, reason="takeover")
+        await self._switch(st, fresh=version is None, reason="takeover", new_id=new_id)
         log.info(
             "stream %s: owning subscriber %s at %s (segment %s)",
             self.stream,
@@ -192,12 +196,23 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
             st = await self._state(subscriber_id)
         if dlsn <= st.durable:
             return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
         heapq.heappush(st.waiters, (dlsn, next(self._seq), fut))
         if dlsn > st.requested:
             st.requested = dlsn
-        self._pump(st)
+        if not st.pump_scheduled:
+            # Send at the end of this loop iteration, not now: the commits
+            # made in the same iteration (every consumer woken by one
+            # durable append) then share one append instead of each taking
+            # a free in-flight slot alone.
+            st.pump_scheduled = True
+            loop.call_soon(self._scheduled_pump, st)
         await fut
+
+    def _scheduled_pump(self, st: _Owned) -> None:
+        st.pump_scheduled = False
+        self._pump(st)
 
     def _pump(self, st: _Owned) -> None:
         handle = st.handle
@@ -295,12 +310,15 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
             st.switching = None
         self._pump(st)
 
-    async def _switch(self, st: _Owned, *, fresh: bool, reason: str) -> None:
+    async def _switch(
+        self, st: _Owned, *, fresh: bool, reason: str, new_id: int | None = None
+    ) -> None:
         """Move the subscription to a new segment holding ``st.durable``."""
         sid = st.subscriber_id
         old_handle, old_segment = st.handle, st.znode.segment_id
         position = st.durable
-        new_id = await self.bk.generate_ledger_id()
+        if new_id is None:
+            new_id = await self.bk.generate_ledger_id()
         # 0. intent
         intent = st.znode.replace(next_segment_id=new_id, previous_segment_id=None)
         st.version = await self._cas(sid, intent, None if fresh else st.version)
@@ -382,12 +400,20 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
         await self._state(subscriber_id, position=dlsn)
 
     async def _quiesce(self, st: _Owned) -> None:
-        if st.switching is not None:
-            try:
-                await asyncio.shield(st.switching)
-            except Exception:
-                pass
-        await st.idle.wait()
+        """Wait until every commit requested so far is durable (or failed)."""
+        while True:
+            if st.switching is not None:
+                try:
+                    await asyncio.shield(st.switching)
+                except Exception:
+                    pass
+            self._pump(st)  # commits whose (scheduled) pump has not run yet go now
+            if st.error is not None or (st.inflight == 0 and st.switching is None):
+                return
+            # ``idle`` may have been set and cleared again before this task
+            # runs (an append completes, then the pump sends more), so the
+            # loop checks ``inflight`` itself rather than trusting the event.
+            await st.idle.wait()
 
     async def release(self, subscriber_id: str) -> None:
         """Graceful close: write last_commit_dlsn and clear segment_id, then

@@ -36,6 +36,9 @@ class ZKSubscriptionsStore(SubscriptionsStore):
         super().__init__(log_manager)
         self._states: dict[str, _State] = {}
         self._stale: dict[str, _State] = {}
+        #: Subscriptions another store took over from this one: their commits
+        #: keep failing until this store is asked to acquire them again.
+        self._fenced: dict[str, SubscriptionFencedError] = {}
         self._loading: dict[str, asyncio.Future[_State]] = {}
 
     def _owned(self, subscriber_id: str) -> tuple[DLSN, int | None] | None:
@@ -85,9 +88,11 @@ class ZKSubscriptionsStore(SubscriptionsStore):
         znode, version, position = await self.take_over(subscriber_id)
         if isinstance(znode, SegmentSubscription):
             # Convert: the segment's owner is fenced; write the position in
-            # DistributedLog's format, then drop the segments.
+            # DistributedLog's format, then drop the segments. Not forced: if
+            # another ZooKeeper store converted it first and its consumer
+            # committed further, that later position must win.
             st = _State(position, version)
-            await self._write(subscriber_id, st, position, force=True)
+            await self._write(subscriber_id, st, position)
             await self.delete_ledgers(
                 znode.segment_id, znode.next_segment_id, znode.previous_segment_id
             )
@@ -101,9 +106,14 @@ class ZKSubscriptionsStore(SubscriptionsStore):
         return _State(position, version)
 
     async def acquire(self, subscriber_id: str) -> DLSN:
+        self._fenced.pop(subscriber_id, None)
         return (await self._state(subscriber_id)).position
 
     async def advance_commit_position(self, subscriber_id: str, dlsn: DLSN) -> None:
+        fenced = self._fenced.get(subscriber_id)
+        if fenced is not None:
+            # Do not silently take it back: that would fence the new owner.
+            raise fenced.clone()
         st = await self._state(subscriber_id)
         if dlsn <= st.position:
             return
@@ -113,6 +123,7 @@ class ZKSubscriptionsStore(SubscriptionsStore):
 
     async def reset_position(self, subscriber_id: str, dlsn: DLSN) -> None:
         self._forget(subscriber_id)
+        self._fenced.pop(subscriber_id, None)
         st = await self._state(subscriber_id)
         async with st.lock:
             await self._write(subscriber_id, st, dlsn, force=True)
@@ -138,9 +149,11 @@ class ZKSubscriptionsStore(SubscriptionsStore):
                 znode, version = await self.read_znode(subscriber_id)
             if isinstance(znode, SegmentSubscription):
                 self._forget(subscriber_id)
-                raise SubscriptionFencedError(
+                error = SubscriptionFencedError(
                     f"stream {self.stream!r}: subscriber {subscriber_id!r} was taken over by a log-segment store"
                 )
+                self._fenced[subscriber_id] = error
+                raise error
             st.version = version
             if isinstance(znode, ZkPosition) and znode.position >= dlsn and not force:
                 st.position = znode.position  # someone committed further: keep it
@@ -153,3 +166,4 @@ class ZKSubscriptionsStore(SubscriptionsStore):
         await super().close()
         self._states.clear()
         self._stale.clear()
+        self._fenced.clear()

@@ -9,6 +9,7 @@ from dlog.cli import conf as _conf
 from dlog.cli import sandbox as _sandbox
 from dlog.cli import shell as _shell
 from dlog.cli import stream as _stream
+from dlog.cli import subscriptions as _subscriptions
 
 app = typer.Typer(
     name="dlog",
@@ -24,6 +25,7 @@ app.add_typer(_stream.app, name="stream")
 app.command("write")(_stream.write)
 app.command("tail")(_stream.tail)
 app.add_typer(_stream.dlsn_app, name="dlsn")
+app.add_typer(_subscriptions.app, name="subscriptions")
 
 
 def main() -> None:

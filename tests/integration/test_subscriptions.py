@@ -181,12 +181,17 @@ async def test_each_store_reads_the_other_and_the_flag_flips_both_ways(open_ns) 
     raw, _ = await seg_store.read_znode("app")
     assert isinstance(raw, SegmentSubscription) and raw.segment_id is not None
     assert await zk_store.get_last_commit_position("app") == d(200)  # and the other way
-    # The ZooKeeper store's stale owner notices the change and stops.
+    # The ZooKeeper store's stale owner notices the change and stops, and
+    # stays stopped: it must not take the subscription back by itself.
     with pytest.raises(SubscriptionFencedError):
         await zk_store.advance_commit_position("app", d(150))
+    with pytest.raises(SubscriptionFencedError):
+        await zk_store.advance_commit_position("app", d(160))
+    await seg_store.advance_commit_position("app", d(210))  # the new owner is undisturbed
+    assert await seg_store.get_last_commit_position("app") == d(210)
     # Roll back: flag off again; the ZooKeeper store converts back.
     zk_again = (await (await open_ns(False)).open_log("f")).subscriptions
-    assert await zk_again.acquire("app") == d(200)
+    assert await zk_again.acquire("app") == d(210)
     with pytest.raises(SubscriptionFencedError):
         await seg_store.advance_commit_position("app", d(250))  # the segment was fenced
     await zk_again.advance_commit_position("app", d(300))

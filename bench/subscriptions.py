@@ -1,0 +1,382 @@
+"""Subscriptions stores: commits/s, commit latency and ZooKeeper writes,
+DistributedLog's ZooKeeper store against the log-segment store.
+
+Starts a real ZooKeeper and three real bookie processes (dlog.sandbox);
+subscription segments are replicated E=3 W=2 A=2 (``-e/-w/-a``). For each
+store, with 1 and with 100 subscriptions (``--subscriptions 1,100``):
+
+* every subscription is acquired first (the log-segment store creates its
+  segment and writes its znode; the ZooKeeper store's first commit creates
+  the znode, so a warm-up of ``--warmup`` seconds of load runs before
+  measuring);
+* then, for ``--seconds``, each subscription has a consumer task committing
+  increasing DLSNs as fast as it can with ``--outstanding`` (K) commits in
+  flight: K coroutines per subscription, each awaiting
+  ``advance_commit_position`` with the subscription's next DLSN.
+
+Measured: acknowledged commits/s, per-commit latency (call to return)
+p50/p99/p999, and ZooKeeper write transactions per 10,000 commits: the
+server's zxid (``srvr`` four-letter word) read just before and just after
+the commit phase. Plus, per store with 1 subscription, sequential commits
+(K=1): the latency of a lone commit. For the log-segment store, the appends
+made (commits coalesce into appends) and segment switches.
+
+Prints one JSON document with the settings used (bookie and dlog); its last
+key is the ratio of the log-segment store's commits/s to the ZooKeeper
+store's, per subscription count. Targets (the subscriptions issue): at
+least 20x, and at most 1 ZooKeeper write per 10,000 commits in steady state.
+
+    python bench/subscriptions.py [--seconds 5] [--outstanding 64] [--subscriptions 1,100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# Run as a script, bench/ (this file's directory) is first on sys.path and
+# ``import subscriptions`` would find this file: the project root goes first.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from ledger_throughput import closed_loop, effective_settings, parse_sets, percentiles
+
+from dlog.bookie.main import install_event_loop_policy, tune_runtime
+from dlog.conf.bookie import BookieConfig
+from dlog.conf.dlog import KEY_ALIASES, DLogConfig
+from dlog.dlsn import DLSN
+from dlog.ledger.metadata import DigestType
+from dlog.log import LogManager
+from dlog.namespace import Namespace
+from dlog.sandbox.bookies import BookieProcess, wait_serving
+from dlog.sandbox.zookeeper import ZooKeeperServer
+from subscriptions.format import SEGMENT_FORMAT, ZK_FORMAT, encode_commit
+from subscriptions.log_segment import MAX_INFLIGHT
+from subscriptions.migrate import store_for
+from subscriptions.store import SubscriptionsStore
+
+STORES = {"zk": ZK_FORMAT, "log_segment": SEGMENT_FORMAT}
+_REPORTED_KEYS = (
+    "bkcEnsembleSize",
+    "bkcWriteQuorumSize",
+    "bkcAckQuorumSize",
+    "bkDigestType",
+    "subscriptionSegmentMaxEntries",
+    "subscriptionSegmentMaxBytes",
+    "subscriptionSegmentMaxAgeMinutes",
+    "zkSessionTimeoutSeconds",
+)
+
+
+class Load:
+    """K committers per subscription, each awaiting its commit before taking
+    the subscription's next DLSN."""
+
+    def __init__(self, store: SubscriptionsStore, ids: list[str], outstanding: int) -> None:
+        self.store = store
+        self.ids = ids
+        self.outstanding = outstanding
+        self.next_entry = dict.fromkeys(ids, 0)
+        self.latencies: list[float] = []
+        self.commits = 0
+        self.errors: list[str] = []
+        self.measuring = False
+
+    async def _committer(self, sid: str, stop_at: float) -> None:
+        advance = self.store.advance_commit_position
+        perf = time.perf_counter
+        nxt = self.next_entry
+        lat = self.latencies
+        while perf() < stop_at and not self.errors:
+            entry = nxt[sid] = nxt[sid] + 1
+            t0 = perf()
+            try:
+                await advance(sid, DLSN(1, entry, 0))
+            except Exception as e:
+                if len(self.errors) < 5:
+                    self.errors.append(f"{sid}: {e!r}")
+                return
+            if self.measuring:
+                lat.append(perf() - t0)
+                self.commits += 1
+
+    async def run(self, seconds: float, *, measure: bool) -> float:
+        self.measuring = measure
+        stop_at = time.perf_counter() + seconds
+        t0 = time.perf_counter()
+        await asyncio.gather(
+            *(self._committer(sid, stop_at) for sid in self.ids for _ in range(self.outstanding))
+        )
+        return time.perf_counter() - t0
+
+
+async def zxid(zk: ZooKeeperServer) -> int:
+    return await asyncio.to_thread(zk.zxid)
+
+
+def appends_of(store: SubscriptionsStore) -> tuple[int, int]:
+    """(appends, segment switches) a log-segment store made so far."""
+    subs = getattr(store, "_subs", None)
+    if subs is None:
+        return 0, 0
+    # entries counts appends to the current segment (the switch's own first
+    # record included); a switch resets it, hence the switch count as well.
+    return sum(st.entries for st in subs.values()), getattr(store, "switches", 0)
+
+
+async def measure(
+    lm: LogManager,
+    zk: ZooKeeperServer,
+    fmt: str,
+    count: int,
+    outstanding: int,
+    seconds: float,
+    warmup: float,
+) -> dict[str, Any]:
+    store = store_for(lm, fmt)
+    ids = [f"sub-{i:03d}" for i in range(count)]
+    try:
+        t0 = time.perf_counter()
+        for sid in ids:
+            await store.acquire(sid)
+        acquire_s = time.perf_counter() - t0
+        load = Load(store, ids, outstanding)
+        if warmup:
+            await load.run(warmup, measure=False)
+            if load.errors:
+                return {"error": f"warm-up failed: {load.errors}"}
+        await asyncio.sleep(0.3)  # explicit LACs and other stragglers settle
+        appends0, switches0 = appends_of(store)
+        zxid0 = await zxid(zk)
+        cpu0 = time.process_time()
+        elapsed = await load.run(seconds, measure=True)
+        cpu = time.process_time() - cpu0
+        zxid1 = await zxid(zk)
+        appends1, switches1 = appends_of(store)
+        commits = load.commits
+        writes = zxid1 - zxid0
+        out: dict[str, Any] = {
+            "subscriptions": count,
+            "outstanding_per_subscription": outstanding,
+            "commits": commits,
+            "seconds": round(elapsed, 3),
+            "commits_per_s": round(commits / elapsed) if elapsed else 0,
+            "commit_latency": percentiles(load.latencies),
+            "zk_write_txns": writes,
+            "zk_writes_per_10k_commits": round(writes * 10_000 / commits, 3) if commits else None,
+            "client_cpu_percent": round(100 * cpu / elapsed) if elapsed else 0,
+            "acquire_seconds": round(acquire_s, 3),
+            "errors": load.errors,
+        }
+        if fmt == SEGMENT_FORMAT:
+            switches = switches1 - switches0
+            appends = appends1 - appends0 if not switches else None
+            out["appends"] = appends
+            out["commits_per_append"] = round(commits / appends, 2) if appends else None
+            out["segment_switches"] = switches
+        return out
+    finally:
+        await store.close()
+
+
+async def run(uri: str, conf: DLogConfig, zk: ZooKeeperServer, args: argparse.Namespace) -> Any:
+    results: dict[str, Any] = {}
+    async with await Namespace.open(uri, conf) as ns:
+        tune_runtime()  # the load generator must not be the one pausing for GC
+        if len(await ns.bk.watcher.wait_for(args.bookies, 30)) < args.bookies:
+            raise RuntimeError(f"only {len(ns.bk.writable_bookies())} bookies registered")
+        for name in args.stores:
+            fmt = STORES[name]
+            per: dict[str, Any] = {}
+            for count in args.subscriptions:
+                lm = await ns.open_log(f"bench-{name}-{count}")
+                per[f"{count}_subscriptions"] = await measure(
+                    lm, zk, fmt, count, args.outstanding, args.seconds, args.warmup
+                )
+                print(f"{name} x{count}: {per[f'{count}_subscriptions']}", file=sys.stderr)
+            lm = await ns.open_log(f"bench-{name}-sequential")
+            per["sequential_1_subscription"] = await measure(
+                lm, zk, fmt, 1, 1, args.seconds, min(args.warmup, 1.0)
+            )
+            print(f"{name} sequential: {per['sequential_1_subscription']}", file=sys.stderr)
+            results[name] = per
+        if "log_segment" in args.stores:
+            results["ledger_baseline"] = await ledger_baseline(ns, conf, args.seconds)
+    return results
+
+
+async def ledger_baseline(ns: Namespace, conf: DLogConfig, seconds: float) -> dict[str, Any]:
+    """What one subscription's segment can do: appends of a commit record's
+    size, with as many in flight as the log-segment store keeps
+    (MAX_INFLIGHT), same client, bookies and quorums."""
+    payload = encode_commit(DLSN(1, 123456, 0))
+    handle = await ns.bk.create_ledger(
+        conf.ensemble_size,
+        conf.write_quorum_size,
+        conf.ack_quorum_size,
+        DigestType.CRC32C,
+        b"bench",
+    )
+    try:
+        await closed_loop([handle], payload, MAX_INFLIGHT, 0.5)
+        result = await closed_loop([handle], payload, MAX_INFLIGHT, seconds)
+    finally:
+        with contextlib.suppress(Exception):
+            await handle.close()
+    result["entry_size"] = len(payload)
+    result["outstanding"] = MAX_INFLIGHT
+    return result
+
+
+def dlog_config(ledgers_uri: str, args: argparse.Namespace) -> DLogConfig:
+    values: dict[str, Any] = {
+        "bkcEnsembleSize": args.ensemble,
+        "bkcWriteQuorumSize": args.write_quorum,
+        "bkcAckQuorumSize": args.ack_quorum,
+    }
+    for key, value in parse_sets(args.set).items():
+        values[KEY_ALIASES.get(key, key)] = value
+    values["bkc.metadataServiceUri"] = ledgers_uri
+    return DLogConfig.load(overrides=values)
+
+
+def reported_settings(conf: DLogConfig) -> dict[str, Any]:
+    mine, base = conf.to_properties(), DLogConfig().to_properties()
+    out = {k: mine[k] for k in _REPORTED_KEYS}
+    for k, v in sorted(mine.items()):
+        if k != "bkc.metadataServiceUri" and base.get(k) != v:
+            out[k] = v
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=5.0, help="per configuration")
+    parser.add_argument(
+        "--warmup", type=float, default=1.0, help="seconds of load before measuring"
+    )
+    parser.add_argument(
+        "--outstanding", type=int, default=64, help="commits in flight per subscription (K)"
+    )
+    parser.add_argument(
+        "--subscriptions", default="1,100", help="subscription counts, comma-separated"
+    )
+    parser.add_argument(
+        "--stores", default="zk,log_segment", help="stores to measure: zk, log_segment"
+    )
+    parser.add_argument("--bookies", type=int, default=3)
+    parser.add_argument("-e", "--ensemble", type=int, default=3)
+    parser.add_argument("-w", "--write-quorum", type=int, default=2)
+    parser.add_argument("-a", "--ack-quorum", type=int, default=2)
+    parser.add_argument("--dir", type=Path, default=None, help="where ZooKeeper and bookies live")
+    parser.add_argument("--set", action="append", default=[], help="DLogConfig key=value")
+    parser.add_argument("--bookie-set", action="append", default=[], help="bookie key=value")
+    args = parser.parse_args()
+    args.subscriptions = [int(x) for x in args.subscriptions.split(",") if x.strip()]
+    args.stores = [x.strip() for x in args.stores.split(",") if x.strip()]
+    if not args.stores or not set(args.stores) <= set(STORES):
+        raise SystemExit(f"--stores: choose among {', '.join(STORES)}")
+    if args.bookies < args.ensemble:
+        raise SystemExit(f"--bookies ({args.bookies}) must be at least --ensemble")
+    # As bench/dlog_write.py: synced journal, writeback spread out.
+    overrides: dict[str, Any] = {
+        "journalSyncData": True,
+        "dbStorage_writeCacheMaxSizeMb": 256,
+        "flushEntrylogBytes": 1048576,
+        **parse_sets(args.bookie_set),
+    }
+    dlog_config("zk+hierarchical://127.0.0.1:2181/ledgers", args)  # bad --set fails early
+
+    def on_term(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    install_event_loop_policy()
+    own_dir = args.dir is None
+    base = args.dir or Path(tempfile.mkdtemp(prefix="dlog-bench-subs-"))
+    base.mkdir(parents=True, exist_ok=True)
+    zk = ZooKeeperServer(base / "zk")
+    bookies: list[BookieProcess] = []
+    try:
+        zk.start()
+        ledgers_uri = f"zk+hierarchical://{zk.connect_string}/ledgers"
+        conf = dlog_config(ledgers_uri, args)
+        bookies = [
+            BookieProcess(base / f"bookie-{i}", ledgers_uri, **overrides)
+            for i in range(args.bookies)
+        ]
+        for b in bookies:
+            b.start(wait=False)
+        for b in bookies:
+            wait_serving(b.address, b.port, 60.0, b.process, b.log_path)
+        uri = f"distributedlog://{zk.connect_string}/bench"
+        results = asyncio.run(run(uri, conf, zk, args))
+    except KeyboardInterrupt:
+        print("interrupted: stopping bookies and ZooKeeper", file=sys.stderr)
+        raise SystemExit(130) from None
+    finally:
+        for b in bookies:
+            if b.process is not None and b.process.poll() is None:
+                b.process.send_signal(signal.SIGTERM)
+        for b in bookies:
+            with contextlib.suppress(Exception):
+                b.stop()
+        zk.stop()
+        if own_dir:
+            shutil.rmtree(base, ignore_errors=True)
+
+    ratio: dict[str, float | None] = {}
+    if {"zk", "log_segment"} <= set(results):
+        for count in args.subscriptions:
+            key = f"{count}_subscriptions"
+            z = results["zk"][key].get("commits_per_s")
+            s = results["log_segment"][key].get("commits_per_s")
+            ratio[key] = round(s / z, 2) if z and s else None
+    report = {
+        "benchmark": "subscriptions",
+        "bookies": args.bookies,
+        "ensemble": args.ensemble,
+        "write_quorum": args.write_quorum,
+        "ack_quorum": args.ack_quorum,
+        "seconds": args.seconds,
+        "warmup_seconds": args.warmup,
+        "outstanding_per_subscription": args.outstanding,
+        "cpus": os.cpu_count(),
+        "zk_store": results.get("zk"),
+        "log_segment_store": results.get("log_segment"),
+        "ledger_baseline": results.get("ledger_baseline"),
+        "targets": {"min_ratio": 20, "max_zk_writes_per_10k_commits": 1},
+        "dlog_settings": reported_settings(conf),
+        "bookie_settings": {
+            "journalSyncData": bookies[0].conf.to_properties()["journalSyncData"],
+            "journalMaxGroupWaitMSec": bookies[0].conf.to_properties()["journalMaxGroupWaitMSec"],
+            **effective_settings(bookies[0].conf, BookieConfig()),
+        },
+        "ratio_log_segment_to_zk_commits_per_s": ratio,
+    }
+    json.dump(report, sys.stdout, indent=2)
+    print()
+    failed = any(
+        "error" in r or r.get("errors")
+        for name, per in results.items()
+        if name in STORES
+        for r in per.values()
+    )
+    if failed:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

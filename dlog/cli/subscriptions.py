@@ -1,0 +1,436 @@
+"""``dlog subscriptions``: subscribers' committed positions.
+
+    export DLOG_URI=distributedlog://127.0.0.1:2181/messaging
+    dlog subscriptions list events
+    dlog subscriptions show events billing
+    dlog subscriptions reset events billing --to earliest|latest|1/42/0 [--force]
+    dlog subscriptions delete events billing [--force]
+    dlog subscriptions migrate --to log-segment [--stream events] [--dry-run]
+
+``list`` and ``show`` are admin reads: they never fence a running consumer
+and read both znode formats (DistributedLog's base64 DLSN, and the
+log-segment store's ``Subscription``). ``reset`` takes ownership with the
+store the configuration selects (``logSegmentBasedSubscriptionsStoreEnabled``
+from ``--conf``/``--set``), which fences a running consumer, sets the
+position (backwards too) and releases it gracefully. ``migrate`` converts
+subscriptions between the two formats (see ``subscriptions.migrate``).
+
+Every command takes ``--uri`` (default ``$DLOG_URI``), ``--conf`` and
+``--set key=value``; none of them creates a namespace or a stream.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from dlog.cli.common import ConfOption, SetOption, console, err_console, fail
+from dlog.cli.stream import UriOption, _parse_dlsn, run_namespace, short
+
+if TYPE_CHECKING:
+    from dlog.dlsn import DLSN
+    from dlog.log import LogManager
+    from dlog.namespace import Namespace
+    from subscriptions.migrate import MigrationResult
+    from subscriptions.store import SubscriberInfo, SubscriptionsStore
+
+app = typer.Typer(
+    help="Subscribers' committed positions: list, show, reset, delete, migrate.",
+    no_args_is_help=True,
+)
+
+StreamArgument = typer.Argument(..., help="Stream name.")
+SubscriberArgument = typer.Argument(..., help="Subscriber id.")
+ForceOption = typer.Option(False, "--force", "-f", help="Do not ask for confirmation.")
+
+
+def _print_table(table: Table) -> None:
+    if console.is_terminal:
+        console.print(table)
+    else:  # piped: keep the table's natural width instead of 80 columns
+        Console(width=250).print(table)
+
+
+def _admin_store(lm: LogManager) -> SubscriptionsStore:
+    """A store used only to read (both formats); it never writes or fences."""
+    from subscriptions.zk import ZKSubscriptionsStore
+
+    return ZKSubscriptionsStore(lm)
+
+
+def _check_id(subscriber_id: str) -> None:
+    from dlog.errors import DLogError
+    from subscriptions.format import validate_subscriber_id
+
+    try:
+        validate_subscriber_id(subscriber_id)
+    except DLogError as e:
+        raise fail(str(e), 2) from None
+
+
+def _format_name(fmt: str) -> str:
+    return {"none": "none (never committed)"}.get(fmt, fmt)
+
+
+# ---------------------------------------------------------------------------
+# list / show
+# ---------------------------------------------------------------------------
+
+
+@app.command("list")
+def list_subscribers(
+    stream: str = StreamArgument,
+    uri: str | None = UriOption,
+    conf: Path | None = ConfOption,
+    set_: list[str] | None = SetOption,
+) -> None:
+    """A table of the stream's subscribers: position (DLSN and base64) and format."""
+    from dlog.errors import DLogError
+
+    async def body(ns: Namespace) -> list[tuple[str, SubscriberInfo | None, str | None]]:
+        lm = await ns.open_log(stream)
+        store = _admin_store(lm)
+        rows: list[tuple[str, SubscriberInfo | None, str | None]] = []
+        for sid in await store.list_subscribers():
+            try:
+                info = await store.describe(sid)
+            except DLogError as e:  # one unreadable znode must not hide the others
+                rows.append((sid, None, str(e)))
+                continue
+            if info.format != "none":  # deleted since it was listed
+                rows.append((sid, info, None))
+        return rows
+
+    rows = run_namespace(uri, conf, set_, body)
+    if not rows:
+        err_console.print(f"[yellow]stream {escape(stream)} has no subscribers[/]")
+        return
+    table = Table(title=f"stream {escape(stream)}: {len(rows)} subscriber(s)")
+    for col in ("subscriber", "position", "base64", "format"):
+        table.add_column(col, overflow="fold")
+    for sid, info, error in rows:
+        if info is None:
+            table.add_row(escape(sid), f"[red]unreadable: {escape(error or '')}[/]", "-", "-")
+        else:
+            table.add_row(escape(sid), str(info.position), info.position.serialize(), info.format)
+    _print_table(table)
+
+
+@app.command("show")
+def show(
+    stream: str = StreamArgument,
+    subscriber_id: str = SubscriberArgument,
+    uri: str | None = UriOption,
+    conf: Path | None = ConfOption,
+    set_: list[str] | None = SetOption,
+) -> None:
+    """A subscriber's format, znode version, position and, for the
+    log-segment format, its segment's ledger: ensemble, state, last entry."""
+    from dlog.errors import NoSuchLedgerError, SubscriptionNotFoundError
+    from subscriptions.format import SegmentSubscription
+
+    _check_id(subscriber_id)
+
+    async def body(ns: Namespace) -> dict[str, Any]:
+        lm = await ns.open_log(stream)
+        store = _admin_store(lm)
+        znode, _ = await store.read_znode(subscriber_id)
+        if znode is None:
+            raise SubscriptionNotFoundError(
+                f"stream {stream!r} has no subscriber {subscriber_id!r}"
+            )
+        info = await store.describe(subscriber_id)
+        out: dict[str, Any] = {"info": info, "path": store.znode(subscriber_id), "znode": znode}
+        if isinstance(znode, SegmentSubscription) and znode.segment_id is not None:
+            try:
+                out["ledger"] = await _ledger_summary(ns, lm, znode.segment_id)
+            except NoSuchLedgerError:
+                out["ledger"] = None
+        return out
+
+    found = run_namespace(uri, conf, set_, body)
+    info: SubscriberInfo = found["info"]
+    znode = found["znode"]
+    print(f"stream:          {stream}")
+    print(f"subscriber:      {subscriber_id}")
+    print(f"format:          {_format_name(info.format)}")
+    print(f"znode:           {found['path']} (version {info.znode_version})")
+    print(f"position:        {info.position}")
+    print(f"position base64: {info.position.serialize()}")
+    print(f"position S/E/N:  {short(info.position)}")
+    if not isinstance(znode, SegmentSubscription):
+        return
+    print(f"last_commit:     {znode.last_commit} (as of the last segment switch)")
+    if znode.segment_id is None:
+        print("segment ledger:  - (released gracefully: the position is last_commit)")
+    else:
+        print(f"segment ledger:  {znode.segment_id}")
+        ledger = found.get("ledger")
+        if ledger is None:
+            print("  (missing: deleted after a switch; the position is last_commit)")
+        else:
+            for key, value in ledger.items():
+                print(f"  {key + ':':<14} {value}")
+    if znode.next_segment_id is not None and znode.next_segment_id != znode.segment_id:
+        print(f"next segment:    {znode.next_segment_id} (a segment switch in progress or crashed)")
+    if znode.previous_segment_id is not None:
+        print(f"previous:        {znode.previous_segment_id} (deleted after the switch)")
+
+
+async def _ledger_summary(ns: Namespace, lm: LogManager, ledger_id: int) -> dict[str, str]:
+    """Ensemble, state and last entry of a segment ledger, without fencing it."""
+    md = await ns.bk.ledger_metadata(ledger_id)
+    ensembles = "; ".join(f"{first}: [{', '.join(bookies)}]" for first, bookies in md.ensembles)
+    out = {
+        "ensemble": ensembles,
+        "quorums": f"E={md.ensemble_size} W={md.write_quorum_size} A={md.ack_quorum_size}",
+        "state": md.state.name,
+    }
+    if md.is_closed:
+        out["last entry"] = f"{md.last_entry_id} (closed)"
+        out["length"] = f"{md.length} bytes"
+    else:
+        rh = await ns.bk.open_ledger(ledger_id, lm.password, recovery=False)
+        try:
+            lac = await rh.read_last_add_confirmed()
+        finally:
+            await rh.close()
+        out["last entry"] = f"{lac} (last add confirmed; the ledger is open)"
+    ctx = md.create_context
+    if ctx is not None and ctx.part_of_data_set:
+        out["data set"] = ctx.part_of_data_set
+    return out
+
+
+# ---------------------------------------------------------------------------
+# delete / reset
+# ---------------------------------------------------------------------------
+
+
+@app.command("delete")
+def delete(
+    stream: str = StreamArgument,
+    subscriber_id: str = SubscriberArgument,
+    force: bool = ForceOption,
+    uri: str | None = UriOption,
+    conf: Path | None = ConfOption,
+    set_: list[str] | None = SetOption,
+) -> None:
+    """Forget a subscriber: its znode and its segment ledgers (asks first unless --force).
+    A consumer still running with it fails on its next commit."""
+    from dlog.errors import SubscriptionNotFoundError
+
+    _check_id(subscriber_id)
+
+    async def body(ns: Namespace) -> DLSN:
+        lm = await ns.open_log(stream)
+        store = lm.subscriptions
+        info = await store.describe(subscriber_id)
+        if info.format == "none":
+            raise SubscriptionNotFoundError(
+                f"stream {stream!r} has no subscriber {subscriber_id!r}"
+            )
+        if not force:
+            typer.confirm(
+                f"Delete subscriber {subscriber_id!r} of stream {stream!r} (at "
+                f"{short(info.position)})?",
+                abort=True,
+                err=True,
+            )
+        if not await store.delete_subscriber(subscriber_id):
+            raise SubscriptionNotFoundError(
+                f"stream {stream!r} has no subscriber {subscriber_id!r}"
+            )
+        return info.position
+
+    position = run_namespace(uri, conf, set_, body)
+    console.print(
+        f"deleted subscriber {escape(subscriber_id)} of stream {escape(stream)} "
+        f"(it was at {short(position)})"
+    )
+
+
+@app.command("reset")
+def reset(
+    stream: str = StreamArgument,
+    subscriber_id: str = SubscriberArgument,
+    to: str = typer.Option(
+        ...,
+        "--to",
+        help="earliest (re-read everything), latest (skip every record written so far), "
+        "or a DLSN (base64, S/E/N or DLSN{...}): the consumer resumes after it.",
+    ),
+    force: bool = ForceOption,
+    uri: str | None = UriOption,
+    conf: Path | None = ConfOption,
+    set_: list[str] | None = SetOption,
+) -> None:
+    """Set a subscriber's committed position, backwards too (asks first unless --force).
+
+    Takes ownership with the store the configuration selects
+    (logSegmentBasedSubscriptionsStoreEnabled), so a running consumer is
+    fenced: it fails on its next commit and, reopened, resumes after --to.
+    A subscriber that does not exist yet is created at --to.
+    """
+    from dlog.dlsn import NonInclusiveLowerBound
+    from dlog.errors import LogEmptyError
+
+    _check_id(subscriber_id)
+    choice = to.strip().lower()
+    target = None if choice in ("earliest", "latest") else _parse_dlsn(to, "--to")
+
+    async def body(ns: Namespace) -> tuple[SubscriberInfo, SubscriberInfo, str | None]:
+        lm = await ns.open_log(stream)
+        note = None
+        dlsn = target
+        if choice == "earliest":
+            dlsn = NonInclusiveLowerBound
+        elif choice == "latest":
+            try:
+                dlsn = await lm.get_last_dlsn()
+            except LogEmptyError:
+                dlsn = NonInclusiveLowerBound
+                note = f"stream {stream!r} has no records: latest is the same as earliest"
+        assert dlsn is not None
+        admin = _admin_store(lm)
+        before = await admin.describe(subscriber_id)
+        if not force:
+            was = "new subscriber" if before.format == "none" else f"now {short(before.position)}"
+            typer.confirm(
+                f"Reset subscriber {subscriber_id!r} of stream {stream!r} to {short(dlsn)} "
+                f"({was})? A running consumer is fenced.",
+                abort=True,
+                err=True,
+            )
+        store = lm.subscriptions
+        await store.reset_position(subscriber_id, dlsn)
+        await store.release(subscriber_id)
+        after = await admin.describe(subscriber_id)
+        return before, after, note
+
+    before, after, note = run_namespace(uri, conf, set_, body)
+    if note:
+        err_console.print(f"[yellow]note: {escape(note)}[/]")
+    was = "new" if before.format == "none" else short(before.position)
+    console.print(
+        f"subscriber {escape(subscriber_id)} of stream {escape(stream)}: {was} -> "
+        f"{short(after.position)} ({after.format} format)"
+    )
+    print(f"{after.position}")
+    print(after.position.serialize())
+
+
+# ---------------------------------------------------------------------------
+# migrate
+# ---------------------------------------------------------------------------
+
+
+@app.command("migrate")
+def migrate(
+    to: str = typer.Option(
+        ..., "--to", help="Target format: log-segment or zk.", show_default=False
+    ),
+    stream: list[str] | None = typer.Option(
+        None, "--stream", help="Only this stream (repeatable; default: every stream)."
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Write nothing: show what would be converted."
+    ),
+    uri: str | None = UriOption,
+    conf: Path | None = ConfOption,
+    set_: list[str] | None = SetOption,
+) -> None:
+    """Convert every subscription (of every stream, or of --stream) to one format.
+
+    Each conversion takes ownership with the target store and releases it
+    gracefully, fencing a consumer still running in the other format (it
+    fails on its next commit and, reopened, reads the converted position).
+    Then it reads the position back: equal, or later if a consumer committed
+    meanwhile, never earlier. Subscriptions already in the target format are
+    only verified ("already"). Exits 1 if any subscriber FAILED.
+    """
+    from subscriptions.migrate import target_format
+
+    try:
+        fmt = target_format(to)
+    except ValueError as e:
+        raise fail(f"--to: {e}", 2) from None
+
+    async def body(ns: Namespace) -> list[MigrationResult]:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        from subscriptions.migrate import migrate_subscriptions
+
+        progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[current]}"),
+            console=err_console,
+            transient=True,
+        )
+        task = progress.add_task(
+            "checking" if dry_run else f"converting to {fmt}", total=None, current=""
+        )
+
+        def on_plan(todo: list[tuple[str, str]]) -> None:
+            progress.update(task, total=len(todo))
+
+        def on_result(r: MigrationResult) -> None:
+            progress.update(task, advance=1, current=f"{r.stream}/{r.subscriber_id}")
+
+        with progress:
+            return await migrate_subscriptions(
+                ns,
+                fmt,
+                streams=stream or None,
+                dry_run=dry_run,
+                on_plan=on_plan,
+                on_result=on_result,
+            )
+
+    results = run_namespace(uri, conf, set_, body)
+    if not results:
+        err_console.print("[yellow]no subscribers to migrate[/]")
+        return
+    _print_table(_migration_table(results, fmt, dry_run))
+    failed = [r for r in results if not r.ok]
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.result] = counts.get(r.result, 0) + 1
+    summary = ", ".join(f"{n} {what}" for what, n in counts.items())
+    print(f"{len(results)} subscriber(s): {summary}")
+    if failed:
+        raise typer.Exit(1)
+
+
+def _migration_table(results: list[MigrationResult], fmt: str, dry_run: bool) -> Table:
+    title = f"subscriptions -> {fmt}" + (" (dry run: nothing written)" if dry_run else "")
+    table = Table(title=title)
+    for col in (
+        "stream",
+        "subscriber",
+        "format before",
+        "format after",
+        "position before",
+        "position after",
+        "result",
+    ):
+        table.add_column(col, overflow="fold")
+    for r in results:
+        style = {"converted": "green", "already": "cyan", "dry-run": "yellow"}.get(r.result, "red")
+        table.add_row(
+            escape(r.stream),
+            escape(r.subscriber_id),
+            r.format_before or "-",
+            r.format_after or "-",
+            short(r.position_before) if r.position_before is not None else "-",
+            short(r.position_after) if r.position_after is not None else "-",
+            f"[{style}]{escape(r.result_text)}[/]",
+        )
+    return table
