@@ -196,12 +196,12 @@ class Config:
         return cached
 
     @classmethod
-    def keys(cls) -> list[str]:
+    def setting_keys(cls) -> list[str]:
         """Every key this config accepts, nested ones with their prefix."""
         out: list[str] = []
         for f in cls._fields():
             if "nested" in f.metadata:
-                nested_keys = f.metadata["nested"].keys()
+                nested_keys = f.metadata["nested"].setting_keys()
                 out.extend(f.metadata["prefix"] + k for k in nested_keys)
             else:
                 out.append(f.metadata["key"])

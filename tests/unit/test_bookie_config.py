@@ -81,7 +81,7 @@ def test_load_without_file_is_defaults() -> None:
 
 
 def test_keys_are_unique_and_complete() -> None:
-    keys = BookieConfig.keys()
+    keys = BookieConfig.setting_keys()
     assert len(keys) == len(set(keys))
     assert set(BK_DEFAULTS) <= set(keys)
     assert [k for k, *_ in BookieConfig.describe()] == keys
@@ -432,7 +432,7 @@ def test_repo_bookie_conf_matches_defaults() -> None:
         )
     text = path.read_text()
     assert BookieConfig.load(path) == BookieConfig()
-    keys = set(BookieConfig.keys())
+    keys = set(BookieConfig.setting_keys())
     # Each key appears as a (possibly commented-out) `key=value` line.
     setting_lines = {}
     for line in text.splitlines():

@@ -101,7 +101,7 @@ def test_nested_client_defaults_equal_client_config() -> None:
 
 
 def test_keys_include_nested_keys() -> None:
-    keys = DLogConfig.keys()
+    keys = DLogConfig.setting_keys()
     assert "bkc.addEntryTimeoutSec" in keys
     assert "writerOutputBufferSize" in keys
     assert len(keys) == len(set(keys))
@@ -293,7 +293,7 @@ def test_conf_file_mentions_every_key_and_loads_to_defaults(tmp_path: Path) -> N
     path = REPO_ROOT / "conf" / "dlog.conf"
     text = path.read_text()
     commented = set(re.findall(r"^#([A-Za-z][\w.\-]*)=", text, re.MULTILINE))
-    assert set(DLogConfig.keys()) <= commented
+    assert set(DLogConfig.setting_keys()) <= commented
     # As shipped (everything commented out) it loads to the defaults ...
     assert DLogConfig.load(path) == DLogConfig()
     # ... and uncommenting every line still gives exactly the defaults.
