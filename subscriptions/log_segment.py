@@ -49,6 +49,7 @@ from dlog.errors import (
 )
 from dlog.failpoints import failpoint
 from dlog.ledger.metadata import LedgerCloseContext, LedgerCreateContext, LedgerOwner
+from dlog.singleflight import SingleFlight
 from dlog.zk import BadVersionError, NodeExistsError, NoNodeError
 from subscriptions.format import (
     SEGMENT_FORMAT,
@@ -103,7 +104,7 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
         self.max_bytes = conf.subscription_segment_max_bytes
         self.max_age = conf.subscription_segment_max_age_minutes * 60.0
         self._subs: dict[str, _Owned] = {}
-        self._acquiring: dict[str, asyncio.Future[_Owned]] = {}
+        self._acquiring: SingleFlight[_Owned] = SingleFlight()
         self._seq = itertools.count()
         self._tasks: set[asyncio.Task[object]] = set()
         self.switches = 0
@@ -139,22 +140,12 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
         st = self._subs.get(subscriber_id)
         if st is not None and st.error is None and position is None:
             return st
-        pending = self._acquiring.get(subscriber_id)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        fut: asyncio.Future[_Owned] = asyncio.get_running_loop().create_future()
-        self._acquiring[subscriber_id] = fut
-        try:
-            st = await self._take_ownership(subscriber_id, position)
-            self._subs[subscriber_id] = st
-            fut.set_result(st)
-            return st
-        except BaseException as e:
-            fut.set_exception(e)
-            fut.exception()
-            raise
-        finally:
-            del self._acquiring[subscriber_id]
+        return await self._acquiring.run(subscriber_id, lambda: self._own(subscriber_id, position))
+
+    async def _own(self, subscriber_id: str, position: DLSN | None) -> _Owned:
+        st = await self._take_ownership(subscriber_id, position)
+        self._subs[subscriber_id] = st
+        return st
 
     async def _take_ownership(self, subscriber_id: str, position: DLSN | None) -> _Owned:
         # Reserve the new segment's id first: the read, the fencing and the

@@ -15,6 +15,7 @@ import logging
 
 from dlog.dlsn import DLSN
 from dlog.errors import SubscriptionFencedError
+from dlog.singleflight import SingleFlight
 from dlog.zk import BadVersionError, NodeExistsError, NoNodeError
 from subscriptions.format import ZK_FORMAT, SegmentSubscription, ZkPosition, encode_zk_position
 from subscriptions.store import SubscriptionsStore
@@ -39,7 +40,7 @@ class ZKSubscriptionsStore(SubscriptionsStore):
         #: Subscriptions another store took over from this one: their commits
         #: keep failing until this store is asked to acquire them again.
         self._fenced: dict[str, SubscriptionFencedError] = {}
-        self._loading: dict[str, asyncio.Future[_State]] = {}
+        self._loading: SingleFlight[_State] = SingleFlight()
 
     def _owned(self, subscriber_id: str) -> tuple[DLSN, int | None] | None:
         st = self._states.get(subscriber_id)
@@ -67,22 +68,12 @@ class ZKSubscriptionsStore(SubscriptionsStore):
             # compare-and-set must notice that, not silently reload.
             self._states[subscriber_id] = stale
             return stale
-        pending = self._loading.get(subscriber_id)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        fut: asyncio.Future[_State] = asyncio.get_running_loop().create_future()
-        self._loading[subscriber_id] = fut
-        try:
-            st = await self._load(subscriber_id)
-            self._states[subscriber_id] = st
-            fut.set_result(st)
-            return st
-        except BaseException as e:
-            fut.set_exception(e)
-            fut.exception()
-            raise
-        finally:
-            del self._loading[subscriber_id]
+        return await self._loading.run(subscriber_id, lambda: self._load_and_keep(subscriber_id))
+
+    async def _load_and_keep(self, subscriber_id: str) -> _State:
+        st = await self._load(subscriber_id)
+        self._states[subscriber_id] = st
+        return st
 
     async def _load(self, subscriber_id: str) -> _State:
         znode, version, position = await self.take_over(subscriber_id)

@@ -24,6 +24,7 @@ from dlog.errors import (
 from dlog.protocol import messages as m
 from dlog.protocol.bookkeeper_pb2 import Request, Response
 from dlog.protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, FrameTooLargeError
+from dlog.singleflight import SingleFlight
 
 log = logging.getLogger(__name__)
 
@@ -273,7 +274,7 @@ class BookieClientPool:
         self.connect_timeout = connect_timeout
         self.max_frame_size = max_frame_size
         self._clients: dict[str, BookieClient] = {}
-        self._connecting: dict[str, asyncio.Future[BookieClient]] = {}
+        self._connecting: SingleFlight[BookieClient] = SingleFlight()
         self.closed = False
 
     async def get(self, address: str) -> BookieClient:
@@ -286,22 +287,12 @@ class BookieClientPool:
             from dlog.errors import ClientClosedError
 
             raise ClientClosedError("bookie client pool is closed")
-        pending = self._connecting.get(address)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        fut: asyncio.Future[BookieClient] = asyncio.get_running_loop().create_future()
-        self._connecting[address] = fut
-        try:
-            client = await self._connect(address)
-            self._clients[address] = client
-            fut.set_result(client)
-            return client
-        except BaseException as e:
-            fut.set_exception(e)
-            fut.exception()  # retrieved: other waiters re-raise it themselves
-            raise
-        finally:
-            self._connecting.pop(address, None)
+        return await self._connecting.run(address, lambda: self._connect_and_keep(address))
+
+    async def _connect_and_keep(self, address: str) -> BookieClient:
+        client = await self._connect(address)
+        self._clients[address] = client
+        return client
 
     async def _connect(self, address: str) -> BookieClient:
         from dlog.retry import RetryPolicy
