@@ -97,3 +97,43 @@ def bookie_cluster(tmp_path, ledgers_uri):  # type: ignore[no-untyped-def]
     yield factory
     for c in clusters:
         c.stop()
+
+
+#: Namespace settings for tests: 3 bookies, quick session expiry.
+TEST_NAMESPACE_SETTINGS = {
+    "ensemble-size": 3,
+    "write-quorum-size": 2,
+    "ack-quorum-size": 2,
+    "zkSessionTimeoutSeconds": 4,
+}
+
+
+@pytest.fixture
+async def open_namespace(make_bookie, zk_server, zk_root, ledgers_uri):  # type: ignore[no-untyped-def]
+    """``await open_namespace(**settings)``: a dlog namespace (its own
+    ZooKeeper session and ledger client) on 3 in-process bookies; every
+    namespace opened is closed at the end of the test."""
+    from dlog.conf.dlog import DLogConfig
+    from dlog.namespace import Namespace
+
+    for i in range(3):
+        await make_bookie(f"b{i}")
+    opened: list[Namespace] = []
+
+    async def factory(**settings: object) -> Namespace:
+        conf = DLogConfig.load(
+            overrides={**TEST_NAMESPACE_SETTINGS, "bkc.metadataServiceUri": ledgers_uri, **settings}
+        )
+        ns = await Namespace.open(f"distributedlog://{zk_server.connect_string}{zk_root}/ns", conf)
+        opened.append(ns)
+        return ns
+
+    yield factory
+    from dlog import failpoints
+
+    failpoints.configure("")
+    for ns in opened:
+        try:
+            await ns.close()
+        except Exception:
+            pass

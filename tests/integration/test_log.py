@@ -8,7 +8,6 @@ import asyncio
 import pytest
 from kazoo.client import KazooClient
 
-from dlog.conf.dlog import DLogConfig
 from dlog.dlsn import DLSN
 from dlog.errors import (
     EndOfStreamError,
@@ -23,33 +22,15 @@ from dlog.errors import (
 from dlog.namespace import Namespace
 from dlog.record import LogRecord
 
-SMALL = {
-    "ensemble-size": 3,
-    "write-quorum-size": 2,
-    "ack-quorum-size": 2,
-    "zkSessionTimeoutSeconds": 4,
-    "lockTimeoutSeconds": 1,
-}
-
 
 @pytest.fixture
-async def namespace(make_bookie, zk_server, zk_root, ledgers_uri):  # type: ignore[no-untyped-def]
-    """A namespace on 3 in-process bookies; ``namespace(**overrides)`` for more."""
-    for i in range(3):
-        await make_bookie(f"b{i}")
-    opened: list[Namespace] = []
+def namespace(open_namespace):  # type: ignore[no-untyped-def]
+    """Namespaces whose writers give up on a held lock after 1 s."""
 
     async def open_ns(**overrides: object) -> Namespace:
-        conf = DLogConfig.load(
-            overrides={**SMALL, "bkc.metadataServiceUri": ledgers_uri, **overrides}
-        )
-        ns = await Namespace.open(f"distributedlog://{zk_server.connect_string}{zk_root}/ns", conf)
-        opened.append(ns)
-        return ns
+        return await open_namespace(**{"lockTimeoutSeconds": 1, **overrides})
 
-    yield open_ns
-    for ns in opened:
-        await ns.close()
+    return open_ns
 
 
 def payload(i: int) -> bytes:

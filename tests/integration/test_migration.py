@@ -11,7 +11,6 @@ import sys
 
 import pytest
 
-from dlog.conf.dlog import DLogConfig
 from dlog.dlsn import DLSN, NonInclusiveLowerBound
 from dlog.errors import SubscriptionFencedError
 from dlog.namespace import Namespace
@@ -27,13 +26,6 @@ from subscriptions.migrate import (
 
 pytestmark = pytest.mark.integration
 
-BASE = {
-    "ensemble-size": 3,
-    "write-quorum-size": 2,
-    "ack-quorum-size": 2,
-    "zkSessionTimeoutSeconds": 4,
-}
-
 #: stream -> subscriber -> position, committed in DistributedLog's format.
 POSITIONS = {
     "orders": {"billing": DLSN(1, 5, 0), "audit": DLSN(3, 17, 2), "fresh": NonInclusiveLowerBound},
@@ -42,29 +34,11 @@ POSITIONS = {
 
 
 @pytest.fixture
-async def open_ns(make_bookie, zk_server, zk_root, ledgers_uri):  # type: ignore[no-untyped-def]
-    for i in range(3):
-        await make_bookie(f"b{i}")
-    opened: list[Namespace] = []
-
+def open_ns(open_namespace):  # type: ignore[no-untyped-def]
     async def factory(log_segment: bool = False) -> Namespace:
-        conf = DLogConfig.load(
-            overrides={
-                **BASE,
-                "bkc.metadataServiceUri": ledgers_uri,
-                "logSegmentBasedSubscriptionsStoreEnabled": log_segment,
-            }
-        )
-        ns = await Namespace.open(f"distributedlog://{zk_server.connect_string}{zk_root}/ns", conf)
-        opened.append(ns)
-        return ns
+        return await open_namespace(logSegmentBasedSubscriptionsStoreEnabled=log_segment)
 
-    yield factory
-    for ns in opened:
-        try:
-            await ns.close()
-        except Exception:
-            pass
+    return factory
 
 
 async def seed_zk_format(ns: Namespace) -> None:

@@ -10,7 +10,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dlog import failpoints
-from dlog.conf.dlog import DLogConfig
 from dlog.dlsn import DLSN, NonInclusiveLowerBound
 from dlog.errors import SubscriptionFencedError
 from dlog.namespace import Namespace
@@ -19,40 +18,15 @@ from subscriptions.format import SEGMENT_FORMAT, ZK_FORMAT, SegmentSubscription,
 from subscriptions.log_segment import LogSegmentSubscriptionsStore
 from subscriptions.zk import ZKSubscriptionsStore
 
-BASE = {
-    "ensemble-size": 3,
-    "write-quorum-size": 2,
-    "ack-quorum-size": 2,
-    "zkSessionTimeoutSeconds": 4,
-}
-
 
 @pytest.fixture
-async def open_ns(make_bookie, zk_server, zk_root, ledgers_uri):  # type: ignore[no-untyped-def]
-    for i in range(3):
-        await make_bookie(f"b{i}")
-    opened: list[Namespace] = []
-
+def open_ns(open_namespace):  # type: ignore[no-untyped-def]
     async def factory(log_segment: bool, **overrides: object) -> Namespace:
-        conf = DLogConfig.load(
-            overrides={
-                **BASE,
-                "bkc.metadataServiceUri": ledgers_uri,
-                "logSegmentBasedSubscriptionsStoreEnabled": log_segment,
-                **overrides,
-            }
+        return await open_namespace(
+            logSegmentBasedSubscriptionsStoreEnabled=log_segment, **overrides
         )
-        ns = await Namespace.open(f"distributedlog://{zk_server.connect_string}{zk_root}/ns", conf)
-        opened.append(ns)
-        return ns
 
-    yield factory
-    failpoints.configure("")
-    for ns in opened:
-        try:
-            await ns.close()
-        except Exception:
-            pass
+    return factory
 
 
 def d(n: int) -> DLSN:
