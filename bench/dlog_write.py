@@ -28,16 +28,14 @@ import contextlib
 import contextvars
 import json
 import os
-import shutil
-import signal
 import struct
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from ledger_throughput import closed_loop, effective_settings, parse_sets, percentiles
+from common import BENCH_BOOKIE_SETTINGS, effective_settings, local_cluster, parse_sets, percentiles
+from ledger_throughput import closed_loop
 
 from dlog.bookie.main import install_event_loop_policy, tune_runtime
 from dlog.conf.bookie import BookieConfig
@@ -48,8 +46,6 @@ from dlog.log import LogManager
 from dlog.namespace import Namespace
 from dlog.reader import LogReader
 from dlog.record import RECORD_HEADER_SIZE, LogRecord
-from dlog.sandbox.bookies import BookieProcess, wait_serving
-from dlog.sandbox.zookeeper import ZooKeeperServer
 from dlog.writer import LogWriter
 
 RECORD_SIZE = 100
@@ -321,52 +317,17 @@ def main() -> None:
         raise SystemExit(
             f"--bookies ({args.bookies}) must be at least --ensemble ({args.ensemble})"
         )
-    # As bench/ledger_throughput.py: synced journal, writeback spread out.
-    overrides: dict[str, Any] = {
-        "journalSyncData": True,
-        "dbStorage_writeCacheMaxSizeMb": 256,
-        "flushEntrylogBytes": 1048576,
-        **parse_sets(args.bookie_set),
-    }
+    settings: dict[str, Any] = {**BENCH_BOOKIE_SETTINGS, **parse_sets(args.bookie_set)}
     dlog_config("zk+hierarchical://127.0.0.1:2181/ledgers", args)  # bad --set fails early
-
-    def on_term(*_: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     install_event_loop_policy()
-    own_dir = args.dir is None
-    base = args.dir or Path(tempfile.mkdtemp(prefix="dlog-bench-write-"))
-    base.mkdir(parents=True, exist_ok=True)
-    zk = ZooKeeperServer(base / "zk")
-    bookies: list[BookieProcess] = []
-    try:
-        zk.start()
-        ledgers_uri = f"zk+hierarchical://{zk.connect_string}/ledgers"
+    with local_cluster(args.bookies, settings, args.dir, "dlog-bench-write-") as (
+        zk,
+        bookies,
+        ledgers_uri,
+    ):
         conf = dlog_config(ledgers_uri, args)
-        bookies = [
-            BookieProcess(base / f"bookie-{i}", ledgers_uri, **overrides)
-            for i in range(args.bookies)
-        ]
-        for b in bookies:
-            b.start(wait=False)
-        for b in bookies:
-            wait_serving(b.address, b.port, 60.0, b.process, b.log_path)
         uri = f"distributedlog://{zk.connect_string}/bench"
         result = asyncio.run(run(uri, conf, args))
-    except KeyboardInterrupt:
-        print("interrupted: stopping bookies and ZooKeeper", file=sys.stderr)
-        raise SystemExit(130) from None
-    finally:
-        for b in bookies:
-            if b.process is not None and b.process.poll() is None:
-                b.process.send_signal(signal.SIGTERM)
-        for b in bookies:
-            b.stop()
-        zk.stop()
-        if own_dir:
-            shutil.rmtree(base, ignore_errors=True)
 
     dl, ledger = result["dlog"], result["ledger"]
     write = dl.get("write", {})

@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common import effective_settings, parse_sets, percentiles
+
 from dlog.bookie.main import install_event_loop_policy, tune_runtime
 from dlog.conf.bookie import BookieConfig
 from dlog.conf.client import ClientConfig
@@ -40,42 +42,6 @@ from dlog.sandbox.bookies import BookieProcess, wait_serving
 from dlog.sandbox.zookeeper import ZooKeeperServer
 
 ENTRY_SIZE = 1024
-#: Per-bookie keys (paths, ports, addresses) left out of the reported settings.
-_PER_BOOKIE_KEYS = {
-    "bookiePort",
-    "advertisedAddress",
-    "metadataServiceUri",
-    "journalDirectories",
-    "ledgerDirectories",
-    "indexDirectories",
-}
-
-
-def percentiles(samples: list[float]) -> dict[str, float]:
-    if not samples:
-        return {"p50_ms": 0.0, "p99_ms": 0.0, "p999_ms": 0.0}
-    s = sorted(samples)
-
-    def pick(q: float) -> float:
-        return round(s[min(len(s) - 1, int(q * len(s)))] * 1000, 3)
-
-    return {"p50_ms": pick(0.50), "p99_ms": pick(0.99), "p999_ms": pick(0.999)}
-
-
-def parse_sets(items: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise SystemExit(f"--set wants key=value, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
-
-
-def effective_settings(conf: Any, defaults: Any) -> dict[str, Any]:
-    """Every setting that differs from the documented default (ports and paths aside)."""
-    mine, base = conf.to_properties(), defaults.to_properties()
-    return {k: v for k, v in sorted(mine.items()) if k not in _PER_BOOKIE_KEYS and base.get(k) != v}
 
 
 async def closed_loop(

@@ -1,0 +1,108 @@
+"""What the benchmarks share: percentiles, --set parsing, reported settings,
+and a local ZooKeeper + bookies started for one run and always torn down."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from dlog.sandbox.bookies import BookieProcess, wait_serving
+from dlog.sandbox.zookeeper import ZooKeeperServer
+
+#: Bookie settings the client benchmarks use: synced journal, entry-log
+#: writeback spread out (journal and entry logs share one disk here).
+BENCH_BOOKIE_SETTINGS: dict[str, Any] = {
+    "journalSyncData": True,
+    "dbStorage_writeCacheMaxSizeMb": 256,
+    "flushEntrylogBytes": 1048576,
+}
+
+#: Per-bookie keys (paths, ports, addresses) left out of the reported settings.
+PER_BOOKIE_KEYS = {
+    "bookiePort",
+    "advertisedAddress",
+    "metadataServiceUri",
+    "journalDirectories",
+    "ledgerDirectories",
+    "indexDirectories",
+    "prometheusStatsHttpPort",
+    "bookieId",
+}
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    """p50/p99/p999 in milliseconds of latencies given in seconds."""
+    if not samples:
+        return {"p50_ms": 0.0, "p99_ms": 0.0, "p999_ms": 0.0}
+    s = sorted(samples)
+
+    def pick(q: float) -> float:
+        return round(s[min(len(s) - 1, int(q * len(s)))] * 1000, 3)
+
+    return {"p50_ms": pick(0.50), "p99_ms": pick(0.99), "p999_ms": pick(0.999)}
+
+
+def parse_sets(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"--set wants key=value, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def effective_settings(conf: Any, defaults: Any) -> dict[str, Any]:
+    """Every setting that differs from the documented default (ports and paths aside)."""
+    mine, base = conf.to_properties(), defaults.to_properties()
+    return {k: v for k, v in sorted(mine.items()) if k not in PER_BOOKIE_KEYS and base.get(k) != v}
+
+
+@contextlib.contextmanager
+def local_cluster(
+    bookies: int, bookie_settings: dict[str, Any], directory: Path | None, prefix: str
+) -> Iterator[tuple[ZooKeeperServer, list[BookieProcess], str]]:
+    """ZooKeeper and ``bookies`` bookie processes; yields (zk, bookies,
+    metadata service URI). SIGTERM and Ctrl-C stop everything cleanly
+    (exit 130); a temporary directory is removed afterwards."""
+
+    def on_term(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    base = directory or Path(tempfile.mkdtemp(prefix=prefix))
+    base.mkdir(parents=True, exist_ok=True)
+    zk = ZooKeeperServer(base / "zk")
+    procs: list[BookieProcess] = []
+    try:
+        zk.start()
+        ledgers_uri = f"zk+hierarchical://{zk.connect_string}/ledgers"
+        procs = [
+            BookieProcess(base / f"bookie-{i}", ledgers_uri, **bookie_settings)
+            for i in range(bookies)
+        ]
+        for b in procs:
+            b.start(wait=False)
+        for b in procs:
+            wait_serving(b.address, b.port, 60.0, b.process, b.log_path)
+        yield zk, procs, ledgers_uri
+    except KeyboardInterrupt:
+        print("interrupted: stopping bookies and ZooKeeper", file=sys.stderr)
+        raise SystemExit(130) from None
+    finally:
+        for b in procs:
+            if b.process is not None and b.process.poll() is None:
+                b.process.send_signal(signal.SIGTERM)
+        for b in procs:
+            with contextlib.suppress(Exception):
+                b.stop()
+        zk.stop()
+        if directory is None:
+            shutil.rmtree(base, ignore_errors=True)
