@@ -53,6 +53,7 @@ from dlog.namespace import Namespace as AsyncNamespace
 from dlog.reader import LogReader
 from dlog.record import LogRecord, LogRecordWithDLSN
 from dlog.writer import LogWriter
+from subscriptions.store import SyncSubscriptionsStore
 
 __all__ = ["Namespace", "SyncLogManager", "SyncLogReader", "SyncLogWriter", "SyncNamespace"]
 
@@ -112,13 +113,15 @@ class SyncNamespace(_Bound):
         config: DLogConfig | Mapping[str, Any] | None = None,
         *,
         loop_thread: LoopThread | None = None,
+        bind: bool = True,
     ) -> SyncNamespace:
         """Connect to a namespace. ``config`` is a DLogConfig or a mapping of
-        settings (``{"ensemble-size": 3, ...}``) applied to the defaults."""
+        settings (``{"ensemble-size": 3, ...}``) applied to the defaults;
+        ``bind=False`` refuses a namespace that was never bound to bookies."""
         if config is not None and not isinstance(config, DLogConfig):
             config = DLogConfig.load(overrides=config)
         runner = loop_thread or default_loop_thread()
-        return cls(runner.run(AsyncNamespace.open(uri, config)), runner)
+        return cls(runner.run(AsyncNamespace.open(uri, config, bind=bind)), runner)
 
     @property
     def uri(self) -> str:
@@ -205,6 +208,11 @@ class SyncLogManager(_Bound):
 
     def __repr__(self) -> str:
         return f"SyncLogManager({self.log.data_set!r})"
+
+    @property
+    def subscriptions(self) -> SyncSubscriptionsStore:
+        """The stream's subscriptions store, blocking."""
+        return SyncSubscriptionsStore(self.log.subscriptions, self._runner)
 
     def open_writer(self) -> SyncLogWriter:
         """Become the stream's single writer (fencing any previous one)."""

@@ -518,13 +518,19 @@ class LogWriter:
     # ------------------------------------------------------------------
     async def flush(self) -> DLSN:
         """Send whatever is buffered and wait until everything written so far
-        is durable; returns the last DLSN."""
+        is durable and visible to tailing readers (its LAC is published);
+        returns the last DLSN."""
         while self._starting is not None or self._completing is not None:
             await asyncio.gather(*(t for t in (self._starting, self._completing) if t is not None))
         seg = self._segment
         if seg is not None:
             self._transmit(seg)
             await seg.handle.wait_pending()
+            if self._error is None:
+                try:
+                    await seg.handle.write_lac()
+                except DLogError as e:
+                    log.debug("stream %s: explicit LAC on flush failed: %s", self.name, e)
         if self._error is not None:
             raise self._error.clone()
         return self._last_dlsn
