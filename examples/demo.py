@@ -35,7 +35,16 @@ def run(*args: str) -> None:
 def consumer_resume(uri: str, records: int) -> None:
     """Kill a committing consumer and show the next one resuming."""
     script = str(HERE / "at_least_once_consumer.py")
-    common = ["--uri", uri, "--stream", "quickstart", "--subscriber", "demo", "--commit-every", "1000"]
+    common = [
+        "--uri",
+        uri,
+        "--stream",
+        "quickstart",
+        "--subscriber",
+        "demo",
+        "--commit-every",
+        "1000",
+    ]
     # A slow consumer (0.1 ms of "work" per record), killed mid-work after a
     # few durable commits: no graceful shutdown, no final commit.
     proc = subprocess.Popen(
@@ -56,7 +65,10 @@ def consumer_resume(uri: str, records: int) -> None:
     print("  [consumer 1] killed with SIGKILL", flush=True)
     # A new consumer resumes right after the last commit, and catches up.
     result = subprocess.run(
-        [sys.executable, script, *common, "--idle-exit", "1.5"], capture_output=True, text=True, check=True
+        [sys.executable, script, *common, "--idle-exit", "1.5"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     lines = result.stdout.splitlines()
     for line in lines[:2] + (["  ..."] if len(lines) > 4 else []) + lines[-2:]:
@@ -64,7 +76,9 @@ def consumer_resume(uri: str, records: int) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dir", type=Path, default=Path(".sandbox"))
     parser.add_argument("--records", type=int, default=100_000)
     args = parser.parse_args()
