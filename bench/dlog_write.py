@@ -190,7 +190,47 @@ async def write_window(
     }
 
 
+async def measured_window(
+    writer: LogWriter, tail: Tail | None, first_txid: int, in_flight: int, seconds: float
+) -> tuple[dict[str, Any], int]:
+    """One measured write window (and the tailing reader's view of it);
+    returns (result, next txid)."""
+    if tail is not None:
+        tail.measure_from = first_txid
+        tail.latencies = []
+        tail.entries = set()
+        tail.read_in_window = 0
+        tail.wanted = None
+        tail.caught_up.clear()
+    t0 = time.perf_counter()
+    result = await write_window(writer, first_txid, in_flight, seconds)
+    next_txid = result.pop("next_txid")
+    result["in_flight"] = in_flight
+    if tail is None:
+        return {"write": result}, next_txid
+    tail.wanted = next_txid
+    try:
+        await asyncio.wait_for(tail.caught_up.wait(), 30)
+    except TimeoutError:
+        tail.errors.append(f"reader stuck at txid {tail.next_txid} of {tail.wanted}")
+    read_s = time.perf_counter() - t0
+    entries = len(tail.entries)
+    records_per_entry = result["records"] / entries if entries else 0.0
+    result["entries"] = entries
+    result["records_per_entry"] = round(records_per_entry, 1)
+    result["avg_entry_bytes"] = round(13 + records_per_entry * (RECORD_HEADER_SIZE + RECORD_SIZE))
+    end_to_end = {
+        "records": len(tail.latencies),
+        **ms(tail.latencies),
+        "reader_records_per_s": round(tail.read_in_window / read_s) if read_s else 0,
+        "errors": list(tail.errors),
+    }
+    return {"write": result, "end_to_end": end_to_end}, next_txid
+
+
 async def dlog_phase(log: LogManager, args: argparse.Namespace) -> dict[str, Any]:
+    """Full load (``--in-flight`` records outstanding: throughput, latency
+    mostly queueing) then a moderate load (``--moderate-in-flight``)."""
     writer = await log.open_writer()
     reader = None if args.no_reader else await log.open_reader()
     tail = Tail(reader) if reader is not None else None
@@ -198,34 +238,14 @@ async def dlog_phase(log: LogManager, args: argparse.Namespace) -> dict[str, Any
         warm = await write_window(writer, 0, args.in_flight, args.warmup)
         if warm["errors"]:
             return {"error": f"warm-up failed: {warm['errors']}"}
-        if tail is not None:
-            tail.measure_from = warm["next_txid"]
-        t0 = time.perf_counter()
-        result = await write_window(writer, warm["next_txid"], args.in_flight, args.seconds)
-        next_txid = result.pop("next_txid")
-        result["segments_written"] = writer.segments_written
-        if tail is None:
-            return {"write": result}
-        tail.wanted = next_txid
-        try:
-            await asyncio.wait_for(tail.caught_up.wait(), 30)
-        except TimeoutError:
-            tail.errors.append(f"reader stuck at txid {tail.next_txid} of {tail.wanted}")
-        read_s = time.perf_counter() - t0
-        entries = len(tail.entries)
-        records_per_entry = result["records"] / entries if entries else 0.0
-        result["entries"] = entries
-        result["records_per_entry"] = round(records_per_entry, 1)
-        result["avg_entry_bytes"] = round(
-            13 + records_per_entry * (RECORD_HEADER_SIZE + RECORD_SIZE)
+        full, next_txid = await measured_window(
+            writer, tail, warm["next_txid"], args.in_flight, args.seconds
         )
-        end_to_end = {
-            "records": len(tail.latencies),
-            **ms(tail.latencies),
-            "reader_records_per_s": round(tail.read_in_window / read_s) if read_s else 0,
-            "errors": tail.errors,
-        }
-        return {"write": result, "end_to_end": end_to_end}
+        moderate, _ = await measured_window(
+            writer, tail, next_txid, args.moderate_in_flight, max(2.0, args.seconds / 2)
+        )
+        full["write"]["segments_written"] = writer.segments_written
+        return {**full, "moderate_load": moderate}
     finally:
         if tail is not None:
             tail.task.cancel()
@@ -294,6 +314,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds before measuring")
     parser.add_argument("--in-flight", type=int, default=10_000, help="records outstanding")
+    parser.add_argument(
+        "--moderate-in-flight", type=int, default=1_000, help="records outstanding, second window"
+    )
     parser.add_argument("--ledger-seconds", type=float, default=5.0, help="baseline duration")
     parser.add_argument(
         "--ledger-outstanding", type=int, default=1000, help="baseline appends in flight"
