@@ -23,14 +23,16 @@ ConfOption = typer.Option(None, "--conf", "-c", help="Configuration file (Java p
 SetOption = typer.Option(None, "--set", "-s", help="Override a setting: key=value (repeatable).")
 
 
-def setup_logging(level: str | None = None) -> None:
-    level = level or os.environ.get("DLOG_LOG_LEVEL", "INFO")
+def setup_logging(level: str | None = None, *, default: str = "INFO") -> None:
+    """Log to stderr at ``level`` (else $DLOG_LOG_LEVEL, else ``default``).
+    kazoo's reconnect chatter is shown only at DEBUG."""
+    name = (level or os.environ.get("DLOG_LOG_LEVEL") or default).upper()
     logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
+        level=getattr(logging, name, logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    logging.getLogger("kazoo").setLevel(logging.DEBUG if name == "DEBUG" else logging.CRITICAL)
 
 
 def load_config(cls: type[C], conf: Path | None, sets: list[str] | None, **extra: object) -> C:

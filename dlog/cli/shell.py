@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-import logging
 import os
 import sys
 import time
@@ -23,7 +22,7 @@ import typer
 from rich.markup import escape as _esc
 from rich.table import Table
 
-from dlog.cli.common import ConfOption, console, err_console, fail
+from dlog.cli.common import ConfOption, console, err_console, fail, setup_logging
 from dlog.errors import DLogError
 
 if TYPE_CHECKING:
@@ -106,25 +105,13 @@ def client_config(service_uri: str | None, conf: Path | None) -> ClientConfig:
         raise fail(str(e), 2) from None
 
 
-def _setup_logging() -> None:
-    """Library warnings (a failed bookie, an ensemble change) go to stderr;
-    kazoo's reconnect chatter does not, unless DLOG_LOG_LEVEL asks for it."""
-    level = os.environ.get("DLOG_LOG_LEVEL", "WARNING").upper()
-    logging.basicConfig(
-        level=getattr(logging, level, logging.WARNING),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("kazoo").setLevel(logging.DEBUG if level == "DEBUG" else logging.CRITICAL)
-
-
 def run_client(
     service_uri: str | None, conf: Path | None, body: Callable[[BookKeeper], Awaitable[T]]
 ) -> T:
     """Connect, run ``body(bk)`` in a fresh event loop, disconnect. Errors
     become one red line and exit code 1 (2 for bad arguments)."""
     cfg = client_config(service_uri, conf)
-    _setup_logging()
+    setup_logging(default="WARNING")
 
     async def go() -> T:
         from dlog.ledger.client import BookKeeper

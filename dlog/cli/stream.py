@@ -21,7 +21,6 @@ import asyncio
 import collections
 import contextlib
 import datetime
-import logging
 import os
 import signal
 import sys
@@ -36,7 +35,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from dlog.cli.common import ConfOption, SetOption, console, err_console, fail, load_config
+from dlog.cli.common import (
+    ConfOption,
+    SetOption,
+    console,
+    err_console,
+    fail,
+    load_config,
+    setup_logging,
+)
 from dlog.errors import DLogError
 
 if TYPE_CHECKING:
@@ -81,18 +88,6 @@ STDIN_CHUNKS_AHEAD = 64
 # ---------------------------------------------------------------------------
 
 
-def _setup_logging() -> None:
-    """Library warnings go to stderr; kazoo's reconnect chatter does not,
-    unless DLOG_LOG_LEVEL asks for it."""
-    level = os.environ.get("DLOG_LOG_LEVEL", "WARNING").upper()
-    logging.basicConfig(
-        level=getattr(logging, level, logging.WARNING),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("kazoo").setLevel(logging.DEBUG if level == "DEBUG" else logging.CRITICAL)
-
-
 def resolve(
     uri: str | None, conf: Path | None, sets: list[str] | None, **overrides: object
 ) -> tuple[str, DLogConfig]:
@@ -131,7 +126,7 @@ def run_namespace(
     only look at a stream must not create it)."""
     overrides: dict[str, object] = {} if create_streams else {"createStreamIfNotExists": False}
     ns_uri, cfg = resolve(uri, conf, sets, **overrides)
-    _setup_logging()
+    setup_logging(default="WARNING")
 
     async def go() -> T:
         from dlog.namespace import Namespace
