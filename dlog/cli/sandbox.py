@@ -23,7 +23,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from dlog.cli.common import console, err_console, fail
+from dlog.cli.common import ConfOption, SetOption, console, err_console, fail
 
 app = typer.Typer(
     help="A local cluster for development: ZooKeeper and N bookies on loopback.",
@@ -65,11 +65,52 @@ def _print_summary(sb) -> None:  # type: ignore[no-untyped-def]
         )
 
 
-def _start(directory: Path, bookies: int, zk_port: int, detach: bool):  # type: ignore[no-untyped-def]
+#: Settings the sandbox chooses for each bookie itself.
+SANDBOX_KEYS = frozenset(
+    {
+        "bookiePort",
+        "advertisedAddress",
+        "bookieId",
+        "metadataServiceUri",
+        "journalDirectories",
+        "ledgerDirectories",
+        "prometheusStatsHttpPort",
+    }
+)
+
+
+def _bookie_settings(conf: Path | None, sets: list[str] | None) -> dict[str, str]:
+    """Bookie settings for every sandbox bookie, from ``--conf`` (bookie.conf
+    keys) and ``--set``; validated now, so a typo fails before anything starts."""
+    from dlog.conf.base import parse_properties, parse_set_options
+    from dlog.conf.bookie import BookieConfig
+    from dlog.errors import DLogError
+
+    values: dict[str, str] = {}
+    try:
+        if conf is not None:
+            try:
+                values.update(parse_properties(conf.read_text(), str(conf)))
+            except OSError as e:
+                raise fail(f"{conf}: cannot read configuration file: {e.strerror}", 2) from None
+        values.update(parse_set_options(sets or []))
+        ignored = sorted(set(values) & SANDBOX_KEYS)
+        if ignored:
+            err_console.print(
+                f"[yellow]note:[/] the sandbox sets {', '.join(ignored)} itself; ignoring them"
+            )
+        values = {k: v for k, v in values.items() if k not in SANDBOX_KEYS}
+        BookieConfig.from_mapping(values, str(conf) if conf is not None else "--set")
+    except DLogError as e:
+        raise fail(str(e), 2) from None
+    return values
+
+
+def _start(directory: Path, bookies: int, zk_port: int, detach: bool, settings: dict[str, str]):  # type: ignore[no-untyped-def]
     from dlog.sandbox.cluster import Sandbox, SandboxError
 
     try:
-        sb = Sandbox(directory, bookies=bookies, zk_port=zk_port)
+        sb = Sandbox(directory, bookies=bookies, zk_port=zk_port, bookie_settings=settings)
         with err_console.status(f"starting ZooKeeper and {bookies} bookie(s) in {directory} ..."):
             sb.start(detach=detach)
     except KeyboardInterrupt:
@@ -91,13 +132,17 @@ def run(
     ),
     bookies: int = BookiesOption,
     zk_port: int = ZkPortOption,
+    conf: Path | None = ConfOption,
+    set_: list[str] | None = SetOption,
 ) -> None:
-    """Run a sandbox in the foreground until Ctrl-C (or SIGTERM), then stop it cleanly."""
+    """Run a sandbox in the foreground until Ctrl-C (or SIGTERM), then stop it cleanly.
+    ``--conf``/``--set`` take bookie settings (bookie.conf keys) for every bookie."""
+    settings = _bookie_settings(conf, set_)
     temporary = directory is None
     directory = Path(tempfile.mkdtemp(prefix="dlog-sandbox-")) if directory is None else directory
     # The processes get their own sessions so that Ctrl-C reaches only this
     # command, which then stops bookies before ZooKeeper (so they unregister).
-    sb = _start(directory, bookies, zk_port, detach=True)
+    sb = _start(directory, bookies, zk_port, detach=True, settings=settings)
     stop = threading.Event()
     previous = {
         sig: signal.signal(sig, lambda *_: stop.set())
@@ -133,12 +178,15 @@ def start(
     directory: Path = DirOption,
     bookies: int = BookiesOption,
     zk_port: int = ZkPortOption,
+    conf: Path | None = ConfOption,
+    set_: list[str] | None = SetOption,
 ) -> None:
     """Start a sandbox in the background (it outlives this command).
+    ``--conf``/``--set`` take bookie settings (bookie.conf keys) for every bookie.
 
     The namespace URI is the last line of stdout:  URI=$(dlog sandbox start --dir D | tail -1)
     """
-    sb = _start(directory, bookies, zk_port, detach=True)
+    sb = _start(directory, bookies, zk_port, detach=True, settings=_bookie_settings(conf, set_))
     _print_summary(sb)
     print(f"state: {sb.state_path}; stop with: dlog sandbox stop --dir {sb.directory}")
     print(sb.namespace_uri)

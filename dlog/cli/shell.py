@@ -22,7 +22,8 @@ import typer
 from rich.markup import escape as _esc
 from rich.table import Table
 
-from dlog.cli.common import ConfOption, console, err_console, fail, setup_logging
+from dlog.cli.common import ConfOption, SetOption, console, err_console, fail, setup_logging
+from dlog.conf.base import parse_set_options
 from dlog.errors import DLogError
 
 if TYPE_CHECKING:
@@ -84,9 +85,12 @@ def resolve_service_uri(service_uri: str | None, conf: Path | None) -> str:
     raise fail("no metadata service URI: pass --service-uri, --conf, or set DLOG_SERVICE_URI", 2)
 
 
-def client_config(service_uri: str | None, conf: Path | None) -> ClientConfig:
+def client_config(
+    service_uri: str | None, conf: Path | None, sets: list[str] | None = None
+) -> ClientConfig:
     """The client settings: ``--conf`` (ClientConfig keys; in a DistributedLog
-    file, its ``bkc.``-prefixed keys) with the resolved service URI on top."""
+    file, its ``bkc.``-prefixed keys), then ``--set`` overrides, with the
+    resolved service URI on top."""
     from dlog.conf.client import ClientConfig
 
     uri = resolve_service_uri(service_uri, conf)
@@ -96,6 +100,10 @@ def client_config(service_uri: str | None, conf: Path | None) -> ClientConfig:
         if any(k.startswith("bkc.") for k in props):
             props = {k[4:]: v for k, v in props.items() if k.startswith("bkc.")}
         values.update(props)
+    try:
+        values.update(parse_set_options(sets or []))
+    except DLogError as e:
+        raise fail(str(e), 2) from None
     values["metadataServiceUri"] = uri
     try:
         return ClientConfig.from_mapping(
@@ -106,11 +114,14 @@ def client_config(service_uri: str | None, conf: Path | None) -> ClientConfig:
 
 
 def run_client(
-    service_uri: str | None, conf: Path | None, body: Callable[[BookKeeper], Awaitable[T]]
+    service_uri: str | None,
+    conf: Path | None,
+    body: Callable[[BookKeeper], Awaitable[T]],
+    sets: list[str] | None = None,
 ) -> T:
     """Connect, run ``body(bk)`` in a fresh event loop, disconnect. Errors
     become one red line and exit code 1 (2 for bad arguments)."""
-    cfg = client_config(service_uri, conf)
+    cfg = client_config(service_uri, conf, sets)
     setup_logging(default="WARNING")
 
     async def go() -> T:
@@ -159,10 +170,12 @@ def _payload_text(data: bytes, force_hex: bool) -> str:
 
 @app.command("initnewcluster")
 def init_new_cluster(
-    service_uri: str | None = ServiceUriOption, conf: Path | None = ConfOption
+    service_uri: str | None = ServiceUriOption,
+    conf: Path | None = ConfOption,
+    set_: list[str] | None = SetOption,
 ) -> None:
     """Create the ledgers layout (available, cookies, LAYOUT, INSTANCEID...) if absent."""
-    uri = resolve_service_uri(service_uri, conf)
+    uri = client_config(service_uri, conf, set_).metadata_service_uri
 
     async def go() -> str:
         from dlog.bookie.registration import init_cluster
@@ -190,6 +203,7 @@ def list_bookies(
     all_: bool = typer.Option(False, "--all", "-a", help="Writable and read-only bookies."),
     service_uri: str | None = ServiceUriOption,
     conf: Path | None = ConfOption,
+    set_: list[str] | None = SetOption,
 ) -> None:
     """List registered bookies and their state (writable by default)."""
 
@@ -201,7 +215,7 @@ def list_bookies(
             rows += [(b, "read-only") for b in sorted(bk.readonly_bookies())]
         return rows
 
-    rows = run_client(service_uri, conf, body)
+    rows = run_client(service_uri, conf, body, set_)
     if not rows:
         kind = "bookies" if all_ else "read-only bookies" if readonly else "writable bookies"
         _note(f"no {kind} registered")
@@ -224,6 +238,7 @@ def list_ledgers(
     meta: bool = typer.Option(False, "--meta", "-m", help="A table with each ledger's metadata."),
     service_uri: str | None = ServiceUriOption,
     conf: Path | None = ConfOption,
+    set_: list[str] | None = SetOption,
 ) -> None:
     """List ledger ids (with --meta: state, quorums, last entry, length, data set)."""
     from dlog.ledger.metadata import LedgerMetadata
@@ -246,7 +261,7 @@ def list_ledgers(
         found = await asyncio.gather(*(one(lid) for lid in ids))
         return ids, [md for md in found if md is not None]
 
-    ids, mds = run_client(service_uri, conf, body)
+    ids, mds = run_client(service_uri, conf, body, set_)
     if not meta:
         for lid in ids:
             print(lid)
@@ -282,6 +297,7 @@ def ledger_metadata(
     as_json: bool = typer.Option(False, "--json", help="JSON instead of text."),
     service_uri: str | None = ServiceUriOption,
     conf: Path | None = ConfOption,
+    set_: list[str] | None = SetOption,
 ) -> None:
     """Print a ledger's metadata (the password is never shown)."""
     from dlog.ledger.metadata import to_dict, to_text
@@ -289,7 +305,7 @@ def ledger_metadata(
     async def body(bk: BookKeeper):  # type: ignore[no-untyped-def]
         return await bk.ledger_metadata(ledger_id)
 
-    md = run_client(service_uri, conf, body)
+    md = run_client(service_uri, conf, body, set_)
     print(json.dumps(to_dict(md), indent=2) if as_json else to_text(md))
 
 
@@ -310,6 +326,7 @@ def read_ledger(
     force_hex: bool = typer.Option(False, "--hex", help="Print every payload as hex."),
     service_uri: str | None = ServiceUriOption,
     conf: Path | None = ConfOption,
+    set_: list[str] | None = SetOption,
 ) -> None:
     """Print entries as `entryId<TAB>payload` (text when printable UTF-8, else hex)."""
 
@@ -343,7 +360,7 @@ def read_ledger(
             await rh.close()
 
     try:
-        run_client(service_uri, conf, body)
+        run_client(service_uri, conf, body, set_)
     except BrokenPipeError:  # `| head`: stop quietly, without a second error at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise typer.Exit(0) from None
@@ -355,6 +372,7 @@ def delete_ledger(
     force: bool = typer.Option(False, "--force", "-f", help="Do not ask for confirmation."),
     service_uri: str | None = ServiceUriOption,
     conf: Path | None = ConfOption,
+    set_: list[str] | None = SetOption,
 ) -> None:
     """Delete a ledger's metadata; its bookies garbage-collect the entries."""
 
@@ -364,7 +382,7 @@ def delete_ledger(
             typer.confirm(f"Delete ledger {ledger_id}?", abort=True, err=True)
         await bk.delete_ledger(ledger_id)
 
-    run_client(service_uri, conf, body)
+    run_client(service_uri, conf, body, set_)
     console.print(f"deleted ledger {ledger_id}")
 
 
@@ -374,6 +392,7 @@ def recover(
     password: str = PasswordOption,
     service_uri: str | None = ServiceUriOption,
     conf: Path | None = ConfOption,
+    set_: list[str] | None = SetOption,
 ) -> None:
     """Recover a ledger: fence it, re-replicate its tail, close it; print where it ends."""
 
@@ -382,7 +401,7 @@ def recover(
         await rh.close()
         return rh.metadata.last_entry_id, rh.metadata.length, rh.recovered_by_me
 
-    last_entry, length, by_me = run_client(service_uri, conf, body)
+    last_entry, length, by_me = run_client(service_uri, conf, body, set_)
     how = "recovered and closed" if by_me else "already closed"
     console.print(
         f"ledger {ledger_id} {how}: last entry id [bold]{last_entry}[/], length {length} bytes"
@@ -406,6 +425,7 @@ def simple_test(
     ),
     service_uri: str | None = ServiceUriOption,
     conf: Path | None = ConfOption,
+    set_: list[str] | None = SetOption,
 ) -> None:
     """Create a ledger, write entries (pipelined), close it, read them back and verify."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -462,7 +482,7 @@ def simple_test(
             await rh.close()
         return wh.ledger_id, write_s, read_s, mismatches
 
-    ledger_id, write_s, read_s, mismatches = run_client(service_uri, conf, body)
+    ledger_id, write_s, read_s, mismatches = run_client(service_uri, conf, body, set_)
     mb = num_entries * size / 1e6
     table = Table(title=f"simpletest: ledger {ledger_id}")
     table.add_column("")
