@@ -374,7 +374,7 @@ def delete_ledger(
     conf: Path | None = ConfOption,
     set_: list[str] | None = SetOption,
 ) -> None:
-    """Delete a ledger's metadata; its bookies garbage-collect the entries."""
+    """Delete a ledger's metadata (bookies keep the entries until GC, not built yet)."""
 
     async def body(bk: BookKeeper) -> None:
         await bk.ledger_metadata(ledger_id)  # a missing ledger fails before the question

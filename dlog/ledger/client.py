@@ -185,7 +185,8 @@ class BookKeeper:
         return handle
 
     async def delete_ledger(self, ledger_id: int) -> None:
-        """Delete a ledger's metadata; bookies garbage-collect its entries."""
+        """Delete a ledger's metadata. Its entries stay on the bookies until bookie
+        garbage collection (not built yet) reclaims them; nothing can read them."""
         self._check_open()
         await self.metadata_store.read(ledger_id)  # NoSuchLedgerError when absent
         await self.metadata_store.delete(ledger_id)
