@@ -3,6 +3,7 @@ and a local ZooKeeper + bookies started for one run and always torn down."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import shutil
 import signal
@@ -12,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from dlog.conf.dlog import KEY_ALIASES, DLogConfig
+from dlog.errors import ConfigError
 from dlog.sandbox.bookies import BookieProcess, wait_serving
 from dlog.sandbox.zookeeper import ZooKeeperServer
 
@@ -58,19 +61,76 @@ def parse_sets(items: list[str]) -> dict[str, str]:
     return out
 
 
+def add_cluster_args(parser: argparse.ArgumentParser) -> None:
+    """--bookies, -e/-w/-a and --dir, as every cluster benchmark takes them."""
+    parser.add_argument("--bookies", type=int, default=3)
+    parser.add_argument("-e", "--ensemble", type=int, default=3)
+    parser.add_argument("-w", "--write-quorum", type=int, default=2)
+    parser.add_argument("-a", "--ack-quorum", type=int, default=2)
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="where ZooKeeper and bookies keep files"
+    )
+
+
+def check_cluster_args(args: argparse.Namespace) -> None:
+    if args.bookies < args.ensemble:
+        raise SystemExit(
+            f"--bookies ({args.bookies}) must be at least --ensemble ({args.ensemble})"
+        )
+
+
+def dlog_config(ledgers_uri: str, args: argparse.Namespace) -> DLogConfig:
+    """The client config from -e/-w/-a and --set (which may use DL's aliases)."""
+    values: dict[str, Any] = {
+        "bkcEnsembleSize": args.ensemble,
+        "bkcWriteQuorumSize": args.write_quorum,
+        "bkcAckQuorumSize": args.ack_quorum,
+    }
+    for key, value in parse_sets(args.set).items():
+        values[KEY_ALIASES.get(key, key)] = value
+    values["bkc.metadataServiceUri"] = ledgers_uri
+    try:
+        return DLogConfig.load(overrides=values)
+    except ConfigError as e:
+        raise SystemExit(f"--set: {e}") from None
+
+
+def reported_dlog_settings(conf: DLogConfig, keys: tuple[str, ...]) -> dict[str, Any]:
+    """``keys`` always, plus every setting that differs from its default."""
+    mine, base = conf.to_properties(), DLogConfig().to_properties()
+    out = {k: mine[k] for k in keys}
+    for k, v in sorted(mine.items()):
+        if k != "bkc.metadataServiceUri" and base.get(k) != v:
+            out[k] = v
+    return out
+
+
 def effective_settings(conf: Any, defaults: Any) -> dict[str, Any]:
     """Every setting that differs from the documented default (ports and paths aside)."""
     mine, base = conf.to_properties(), defaults.to_properties()
     return {k: v for k, v in sorted(mine.items()) if k not in PER_BOOKIE_KEYS and base.get(k) != v}
 
 
+def start_bookies(procs: list[BookieProcess]) -> None:
+    """Start all at once, then wait for each to serve."""
+    for b in procs:
+        b.start(wait=False)
+    for b in procs:
+        wait_serving(b.address, b.port, 60.0, b.process, b.log_path)
+
+
 @contextlib.contextmanager
 def local_cluster(
-    bookies: int, bookie_settings: dict[str, Any], directory: Path | None, prefix: str
+    bookies: int,
+    bookie_settings: dict[str, Any],
+    directory: Path | None,
+    prefix: str,
+    started: int | None = None,
 ) -> Iterator[tuple[ZooKeeperServer, list[BookieProcess], str]]:
-    """ZooKeeper and ``bookies`` bookie processes; yields (zk, bookies,
-    metadata service URI). SIGTERM and Ctrl-C stop everything cleanly
-    (exit 130); a temporary directory is removed afterwards."""
+    """ZooKeeper and ``bookies`` bookie processes, the first ``started``
+    (default all) running; yields (zk, bookies, metadata service URI).
+    SIGTERM and Ctrl-C stop everything cleanly (exit 130); a temporary
+    directory is removed afterwards."""
 
     def on_term(*_: object) -> None:
         raise KeyboardInterrupt
@@ -88,15 +148,13 @@ def local_cluster(
             BookieProcess(base / f"bookie-{i}", ledgers_uri, **bookie_settings)
             for i in range(bookies)
         ]
-        for b in procs:
-            b.start(wait=False)
-        for b in procs:
-            wait_serving(b.address, b.port, 60.0, b.process, b.log_path)
+        start_bookies(procs[:started])
         yield zk, procs, ledgers_uri
     except KeyboardInterrupt:
         print("interrupted: stopping bookies and ZooKeeper", file=sys.stderr)
         raise SystemExit(130) from None
     finally:
+        # Bookies first: they unregister from ZooKeeper on the way out.
         for b in procs:
             if b.process is not None and b.process.poll() is None:
                 b.process.send_signal(signal.SIGTERM)

@@ -31,15 +31,24 @@ import os
 import struct
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from common import BENCH_BOOKIE_SETTINGS, effective_settings, local_cluster, parse_sets, percentiles
+from common import (
+    BENCH_BOOKIE_SETTINGS,
+    add_cluster_args,
+    check_cluster_args,
+    dlog_config,
+    effective_settings,
+    local_cluster,
+    parse_sets,
+    percentiles,
+    reported_dlog_settings,
+)
 from ledger_throughput import closed_loop
 
 from dlog.bookie.main import install_event_loop_policy, tune_runtime
 from dlog.conf.bookie import BookieConfig
-from dlog.conf.dlog import KEY_ALIASES, DLogConfig
+from dlog.conf.dlog import DLogConfig
 from dlog.errors import BKError, DLogError
 from dlog.ledger.metadata import DigestType
 from dlog.log import LogManager
@@ -286,27 +295,6 @@ async def run(uri: str, conf: DLogConfig, args: argparse.Namespace) -> dict[str,
     return {"dlog": dlog, "ledger": ledger}
 
 
-def dlog_config(ledgers_uri: str, args: argparse.Namespace) -> DLogConfig:
-    values: dict[str, Any] = {
-        "bkcEnsembleSize": args.ensemble,
-        "bkcWriteQuorumSize": args.write_quorum,
-        "bkcAckQuorumSize": args.ack_quorum,
-    }
-    for key, value in parse_sets(args.set).items():
-        values[KEY_ALIASES.get(key, key)] = value
-    values["bkc.metadataServiceUri"] = ledgers_uri
-    return DLogConfig.load(overrides=values)
-
-
-def reported_settings(conf: DLogConfig) -> dict[str, Any]:
-    mine, base = conf.to_properties(), DLogConfig().to_properties()
-    out = {k: mine[k] for k in _REPORTED_KEYS}
-    for k, v in sorted(mine.items()):
-        if k != "bkc.metadataServiceUri" and base.get(k) != v:
-            out[k] = v
-    return out
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -322,13 +310,7 @@ def main() -> None:
         "--ledger-outstanding", type=int, default=1000, help="baseline appends in flight"
     )
     parser.add_argument("--no-reader", action="store_true", help="no tailing reader (writer alone)")
-    parser.add_argument("--bookies", type=int, default=3)
-    parser.add_argument("-e", "--ensemble", type=int, default=3)
-    parser.add_argument("-w", "--write-quorum", type=int, default=2)
-    parser.add_argument("-a", "--ack-quorum", type=int, default=2)
-    parser.add_argument(
-        "--dir", type=Path, default=None, help="where ZooKeeper and bookies keep files"
-    )
+    add_cluster_args(parser)
     parser.add_argument(
         "--set", action="append", default=[], help="DLogConfig setting key=value (repeatable)"
     )
@@ -336,10 +318,7 @@ def main() -> None:
         "--bookie-set", action="append", default=[], help="bookie setting key=value (repeatable)"
     )
     args = parser.parse_args()
-    if args.bookies < args.ensemble:
-        raise SystemExit(
-            f"--bookies ({args.bookies}) must be at least --ensemble ({args.ensemble})"
-        )
+    check_cluster_args(args)
     settings: dict[str, Any] = {**BENCH_BOOKIE_SETTINGS, **parse_sets(args.bookie_set)}
     dlog_config("zk+hierarchical://127.0.0.1:2181/ledgers", args)  # bad --set fails early
     install_event_loop_policy()
@@ -378,7 +357,7 @@ def main() -> None:
         "dlog": dl,
         "ledger_baseline": ledger,
         "ratios": ratios,
-        "dlog_settings": reported_settings(conf),
+        "dlog_settings": reported_dlog_settings(conf, _REPORTED_KEYS),
         "bookie_settings": {
             "journalSyncData": bookies[0].conf.to_properties()["journalSyncData"],
             **effective_settings(bookies[0].conf, BookieConfig()),

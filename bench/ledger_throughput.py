@@ -21,25 +21,28 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
-import signal
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-from common import effective_settings, parse_sets, percentiles
+from common import (
+    BENCH_BOOKIE_SETTINGS,
+    add_cluster_args,
+    check_cluster_args,
+    effective_settings,
+    local_cluster,
+    parse_sets,
+    percentiles,
+    start_bookies,
+)
 
 from dlog.bookie.main import install_event_loop_policy, tune_runtime
 from dlog.conf.bookie import BookieConfig
 from dlog.conf.client import ClientConfig
-from dlog.errors import BKError
+from dlog.errors import BKError, ConfigError
 from dlog.ledger.client import BookKeeper
 from dlog.ledger.metadata import DigestType
 from dlog.ledger.write_handle import WriteHandle
-from dlog.sandbox.bookies import BookieProcess, wait_serving
-from dlog.sandbox.zookeeper import ZooKeeperServer
 
 ENTRY_SIZE = 1024
 
@@ -177,13 +180,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds before measuring")
     parser.add_argument("--outstanding", type=int, default=1000, help="appends in flight")
     parser.add_argument("--ledgers", type=int, default=1, help="ledgers written round robin")
-    parser.add_argument("--bookies", type=int, default=3)
-    parser.add_argument("-e", "--ensemble", type=int, default=3)
-    parser.add_argument("-w", "--write-quorum", type=int, default=2)
-    parser.add_argument("-a", "--ack-quorum", type=int, default=2)
-    parser.add_argument(
-        "--dir", type=Path, default=None, help="where ZooKeeper and bookies keep files"
-    )
+    add_cluster_args(parser)
     parser.add_argument(
         "--set", action="append", default=[], help="bookie setting key=value (repeatable)"
     )
@@ -191,62 +188,23 @@ def main() -> None:
         "--client-set", action="append", default=[], help="client setting key=value (repeatable)"
     )
     args = parser.parse_args()
-    if args.bookies < args.ensemble:
-        raise SystemExit(
-            f"--bookies ({args.bookies}) must be at least --ensemble ({args.ensemble})"
-        )
+    check_cluster_args(args)
 
-    # Journal and entry logs share one disk here: spreading entry-log
-    # writeback (flushEntrylogBytes) keeps checkpoint flushes from queueing
-    # journal fsyncs behind hundreds of MB of dirty pages.
-    overrides: dict[str, Any] = {
-        "journalSyncData": True,
-        "dbStorage_writeCacheMaxSizeMb": 256,
-        "flushEntrylogBytes": 1048576,
-        **parse_sets(args.set),
-    }
-    client_conf = ClientConfig.load(None, parse_sets(args.client_set))
-
-    # SIGTERM cleans up like Ctrl-C does.
-    def on_term(*_: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with it ignored
-    install_event_loop_policy()
-    own_dir = args.dir is None
-    base = args.dir or Path(tempfile.mkdtemp(prefix="dlog-bench-ledger-"))
-    base.mkdir(parents=True, exist_ok=True)
-    zk = ZooKeeperServer(base / "zk")
-    bookies: list[BookieProcess] = []
+    overrides: dict[str, Any] = {**BENCH_BOOKIE_SETTINGS, **parse_sets(args.set)}
     try:
-        zk.start()
-        uri = f"zk+hierarchical://{zk.connect_string}/ledgers"
-        bookies = [
-            BookieProcess(base / f"bookie-{i}", uri, **overrides) for i in range(args.bookies)
-        ]
-        bookies[0].start()
-
-        def start_more() -> None:
-            for b in bookies[1:]:
-                b.start(wait=False)
-            for b in bookies[1:]:
-                wait_serving(b.address, b.port, 60.0, b.process, b.log_path)
-
-        result = asyncio.run(run(uri, client_conf, start_more, args.bookies, args))
-    except KeyboardInterrupt:
-        print("interrupted: stopping bookies and ZooKeeper", file=sys.stderr)
-        raise SystemExit(130) from None
-    finally:
-        # Bookies first: they unregister from ZooKeeper on the way out.
-        for b in bookies:
-            if b.process is not None and b.process.poll() is None:
-                b.process.send_signal(signal.SIGTERM)
-        for b in bookies:
-            b.stop()
-        zk.stop()
-        if own_dir:
-            shutil.rmtree(base, ignore_errors=True)
+        client_conf = ClientConfig.load(None, parse_sets(args.client_set))
+    except ConfigError as e:
+        raise SystemExit(f"--client-set: {e}") from None
+    install_event_loop_policy()
+    # The baseline runs on the first bookie alone; the rest join afterwards.
+    with local_cluster(args.bookies, overrides, args.dir, "dlog-bench-ledger-", started=1) as (
+        _zk,
+        bookies,
+        uri,
+    ):
+        result = asyncio.run(
+            run(uri, client_conf, lambda: start_bookies(bookies[1:]), args.bookies, args)
+        )
 
     rep, bl = result["replicated"], result["baseline"]
     report = {

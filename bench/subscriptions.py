@@ -38,19 +38,28 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 # Run as a script, bench/ (this file's directory) is first on sys.path and
 # ``import subscriptions`` would find this file: the project root goes first.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from common import BENCH_BOOKIE_SETTINGS, effective_settings, local_cluster, parse_sets, percentiles
+from common import (
+    BENCH_BOOKIE_SETTINGS,
+    add_cluster_args,
+    check_cluster_args,
+    dlog_config,
+    effective_settings,
+    local_cluster,
+    parse_sets,
+    percentiles,
+    reported_dlog_settings,
+)
 from ledger_throughput import closed_loop
 
 from dlog.bookie.main import install_event_loop_policy, tune_runtime
 from dlog.conf.bookie import BookieConfig
-from dlog.conf.dlog import KEY_ALIASES, DLogConfig
+from dlog.conf.dlog import DLogConfig
 from dlog.dlsn import DLSN
 from dlog.ledger.metadata import DigestType
 from dlog.log import LogManager
@@ -234,27 +243,6 @@ async def ledger_baseline(ns: Namespace, conf: DLogConfig, seconds: float) -> di
     return result
 
 
-def dlog_config(ledgers_uri: str, args: argparse.Namespace) -> DLogConfig:
-    values: dict[str, Any] = {
-        "bkcEnsembleSize": args.ensemble,
-        "bkcWriteQuorumSize": args.write_quorum,
-        "bkcAckQuorumSize": args.ack_quorum,
-    }
-    for key, value in parse_sets(args.set).items():
-        values[KEY_ALIASES.get(key, key)] = value
-    values["bkc.metadataServiceUri"] = ledgers_uri
-    return DLogConfig.load(overrides=values)
-
-
-def reported_settings(conf: DLogConfig) -> dict[str, Any]:
-    mine, base = conf.to_properties(), DLogConfig().to_properties()
-    out = {k: mine[k] for k in _REPORTED_KEYS}
-    for k, v in sorted(mine.items()):
-        if k != "bkc.metadataServiceUri" and base.get(k) != v:
-            out[k] = v
-    return out
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -272,11 +260,7 @@ def main() -> None:
     parser.add_argument(
         "--stores", default="zk,log_segment", help="stores to measure: zk, log_segment"
     )
-    parser.add_argument("--bookies", type=int, default=3)
-    parser.add_argument("-e", "--ensemble", type=int, default=3)
-    parser.add_argument("-w", "--write-quorum", type=int, default=2)
-    parser.add_argument("-a", "--ack-quorum", type=int, default=2)
-    parser.add_argument("--dir", type=Path, default=None, help="where ZooKeeper and bookies live")
+    add_cluster_args(parser)
     parser.add_argument("--set", action="append", default=[], help="DLogConfig key=value")
     parser.add_argument("--bookie-set", action="append", default=[], help="bookie key=value")
     args = parser.parse_args()
@@ -284,8 +268,7 @@ def main() -> None:
     args.stores = [x.strip() for x in args.stores.split(",") if x.strip()]
     if not args.stores or not set(args.stores) <= set(STORES):
         raise SystemExit(f"--stores: choose among {', '.join(STORES)}")
-    if args.bookies < args.ensemble:
-        raise SystemExit(f"--bookies ({args.bookies}) must be at least --ensemble")
+    check_cluster_args(args)
     settings: dict[str, Any] = {**BENCH_BOOKIE_SETTINGS, **parse_sets(args.bookie_set)}
     dlog_config("zk+hierarchical://127.0.0.1:2181/ledgers", args)  # bad --set fails early
     install_event_loop_policy()
@@ -319,7 +302,7 @@ def main() -> None:
         "log_segment_store": results.get("log_segment"),
         "ledger_baseline": results.get("ledger_baseline"),
         "targets": {"min_ratio": 20, "max_zk_writes_per_10k_commits": 1},
-        "dlog_settings": reported_settings(conf),
+        "dlog_settings": reported_dlog_settings(conf, _REPORTED_KEYS),
         "bookie_settings": {
             "journalSyncData": bookies[0].conf.to_properties()["journalSyncData"],
             "journalMaxGroupWaitMSec": bookies[0].conf.to_properties()["journalMaxGroupWaitMSec"],

@@ -21,6 +21,7 @@ C = TypeVar("C", bound=Config)
 
 ConfOption = typer.Option(None, "--conf", "-c", help="Configuration file (Java properties).")
 SetOption = typer.Option(None, "--set", "-s", help="Override a setting: key=value (repeatable).")
+ForceOption = typer.Option(False, "--force", "-f", help="Do not ask for confirmation.")
 
 
 def setup_logging(level: str | None = None, *, default: str = "INFO") -> None:

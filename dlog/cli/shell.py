@@ -22,7 +22,15 @@ import typer
 from rich.markup import escape as _esc
 from rich.table import Table
 
-from dlog.cli.common import ConfOption, SetOption, console, err_console, fail, setup_logging
+from dlog.cli.common import (
+    ConfOption,
+    ForceOption,
+    SetOption,
+    console,
+    err_console,
+    fail,
+    setup_logging,
+)
 from dlog.conf.base import parse_set_options
 from dlog.errors import DLogError
 
@@ -369,7 +377,7 @@ def read_ledger(
 @app.command("deleteledger")
 def delete_ledger(
     ledger_id: int = LedgerIdOption,
-    force: bool = typer.Option(False, "--force", "-f", help="Do not ask for confirmation."),
+    force: bool = ForceOption,
     service_uri: str | None = ServiceUriOption,
     conf: Path | None = ConfOption,
     set_: list[str] | None = SetOption,

@@ -37,6 +37,7 @@ from rich.table import Table
 
 from dlog.cli.common import (
     ConfOption,
+    ForceOption,
     SetOption,
     console,
     err_console,
@@ -304,7 +305,7 @@ def show(
 @app.command("delete")
 def delete(
     name: str = StreamArgument,
-    force: bool = typer.Option(False, "--force", "-f", help="Do not ask for confirmation."),
+    force: bool = ForceOption,
     uri: str | None = UriOption,
     conf: Path | None = ConfOption,
     set_: list[str] | None = SetOption,
@@ -330,7 +331,7 @@ def truncate(
         "--to",
         help="Keep records from this DLSN on (base64, S/E/N or DLSN{...}); earlier ones are truncated.",
     ),
-    force: bool = typer.Option(False, "--force", "-f", help="Do not ask for confirmation."),
+    force: bool = ForceOption,
     uri: str | None = UriOption,
     conf: Path | None = ConfOption,
     set_: list[str] | None = SetOption,

@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from dlog.cli.common import ConfOption, SetOption, console, err_console, fail
+from dlog.cli.common import ConfOption, ForceOption, SetOption, console, err_console, fail
 from dlog.cli.stream import UriOption, _parse_dlsn, run_namespace, short
 
 if TYPE_CHECKING:
@@ -46,7 +46,6 @@ app = typer.Typer(
 
 StreamArgument = typer.Argument(..., help="Stream name.")
 SubscriberArgument = typer.Argument(..., help="Subscriber id.")
-ForceOption = typer.Option(False, "--force", "-f", help="Do not ask for confirmation.")
 
 
 def _print_table(table: Table) -> None:

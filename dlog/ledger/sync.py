@@ -22,8 +22,8 @@ from dlog.loop_thread import LoopThread, default_loop_thread
 __all__ = ["SyncBookKeeper", "SyncReadHandle", "SyncWriteHandle"]
 
 
-class SyncWriteHandle:
-    def __init__(self, handle: WriteHandle, runner: LoopThread) -> None:
+class _SyncHandle:
+    def __init__(self, handle: WriteHandle | ReadHandle, runner: LoopThread) -> None:
         self.handle = handle
         self._run = runner.run
 
@@ -36,12 +36,16 @@ class SyncWriteHandle:
         return self.handle.last_add_confirmed
 
     @property
-    def length(self) -> int:
-        return self.handle.length
-
-    @property
     def metadata(self) -> LedgerMetadata:
         return self.handle.metadata
+
+
+class SyncWriteHandle(_SyncHandle):
+    handle: WriteHandle
+
+    @property
+    def length(self) -> int:
+        return self.handle.length
 
     def append(self, data: bytes) -> int:
         return self._run(self.handle.append(data))
@@ -63,26 +67,12 @@ class SyncWriteHandle:
         self._run(self.handle.close(close_context))
 
 
-class SyncReadHandle:
-    def __init__(self, handle: ReadHandle, runner: LoopThread) -> None:
-        self.handle = handle
-        self._run = runner.run
-
-    @property
-    def ledger_id(self) -> int:
-        return self.handle.ledger_id
-
-    @property
-    def last_add_confirmed(self) -> int:
-        return self.handle.last_add_confirmed
+class SyncReadHandle(_SyncHandle):
+    handle: ReadHandle
 
     @property
     def is_closed(self) -> bool:
         return self.handle.is_closed
-
-    @property
-    def metadata(self) -> LedgerMetadata:
-        return self.handle.metadata
 
     def read(self, first: int, last: int) -> list[LedgerEntry]:
         return self._run(self.handle.read(first, last))

@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,15 +18,6 @@ from dlog.sandbox.cluster import Sandbox
 pytestmark = pytest.mark.integration
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-@pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    sb = Sandbox(tmp_path_factory.mktemp("examples"), bookies=3).start()
-    try:
-        yield sb
-    finally:
-        sb.stop()
 
 
 def run(example: str, *args: str, timeout: float = 60) -> str:

@@ -41,15 +41,6 @@ JOB = Path(__file__).resolve().parent / "spark_stream_job.py"
 
 
 @pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    sb = Sandbox(tmp_path_factory.mktemp("spark-sandbox"), bookies=3).start()
-    try:
-        yield sb
-    finally:
-        sb.stop()
-
-
-@pytest.fixture(scope="module")
 def ns(sandbox: Sandbox) -> Iterator[Namespace]:
     with Namespace.open(sandbox.namespace_uri) as namespace:
         yield namespace

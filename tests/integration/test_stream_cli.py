@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,23 +20,8 @@ from dlog.conf.dlog import DLogConfig
 from dlog.dlsn import DLSN
 from dlog.namespace import Namespace
 from dlog.record import LogRecord
-from dlog.sandbox.cluster import Sandbox
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    sb = Sandbox(tmp_path_factory.mktemp("stream-cli"), bookies=3).start()
-    try:
-        yield sb
-    finally:
-        sb.stop()
-
-
-@pytest.fixture
-def uri(sandbox: Sandbox) -> str:
-    return sandbox.namespace_uri
 
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:

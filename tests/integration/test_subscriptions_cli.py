@@ -11,7 +11,6 @@ import re
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -20,25 +19,10 @@ from dlog.dlsn import DLSN, NonInclusiveLowerBound
 from dlog.errors import SubscriptionFencedError
 from dlog.namespace import Namespace
 from dlog.record import LogRecord
-from dlog.sandbox.cluster import Sandbox
 from subscriptions.format import SegmentSubscription, ZkPosition
 from subscriptions.zk import ZKSubscriptionsStore
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    sb = Sandbox(tmp_path_factory.mktemp("subscriptions-cli"), bookies=3).start()
-    try:
-        yield sb
-    finally:
-        sb.stop()
-
-
-@pytest.fixture
-def uri(sandbox: Sandbox) -> str:
-    return sandbox.namespace_uri
 
 
 @pytest.fixture
