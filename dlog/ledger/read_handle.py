@@ -240,6 +240,30 @@ class ReadHandle:
                 t.cancel()
         return self._lac
 
+    async def read_last_entry(self, *, beyond_lac: bool = False) -> LedgerEntry | None:
+        """The ledger's last entry (None when it has none), without fencing.
+
+        By default the last entry the LAC covers. With ``beyond_lac`` the
+        last entry a recovery would keep, found by recovery's rules (read
+        forward from the LAC; an entry on any bookie counts, one that
+        ``W - A + 1`` bookies of its write set lack ends the ledger) but
+        without fencing or re-adding: for a ledger whose writer is gone,
+        that covers every entry ever acknowledged. While a writer is live it
+        may include entries still in flight, which may yet fail."""
+        if self.is_closed:
+            lac = self._lac
+        else:
+            lac = await self.read_last_add_confirmed()
+            if beyond_lac:
+                last: LedgerEntry | None = None
+                while (entry := await recovery_read(self, lac + 1, fence=False)) is not None:
+                    last, lac = entry, lac + 1
+                if last is not None:
+                    return last
+        if lac < 0:
+            return None
+        return await self.read_entry(lac)
+
     async def close(self) -> None:
         self._closed_handle = True
         if self._watch is not None:
@@ -308,3 +332,46 @@ async def ensemble_lac(handle: ReadHandle, *, fence: bool) -> int:
             f"could not {what} ledger {handle.ledger_id}: too few bookies answered ({'; '.join(errors)})"
         )
     return lac
+
+
+async def recovery_read(handle: ReadHandle, entry_id: int, *, fence: bool) -> LedgerEntry | None:
+    """Recovery's read of one entry: the entry, or None when enough of its
+    write set lacks it (it cannot have been acknowledged). Raises when that
+    is undecidable. ``fence`` makes the reads fence the ledger."""
+    md: LedgerMetadata = handle._md
+    ensemble = md.ensemble_for(entry_id)
+    w, a = md.write_quorum_size, md.ack_quorum_size
+    missing = 0
+    errors: list[str] = []
+    for idx in write_set(entry_id, len(ensemble), w):
+        bookie = ensemble[idx]
+        try:
+            conn = await handle.client.pool.get(bookie)
+            resp = await conn.read_entry(
+                handle.ledger_id,
+                entry_id,
+                fence=fence,
+                master_key=handle.master_key if fence else None,
+                timeout=handle._timeout,
+            )
+        except BKError as e:
+            errors.append(f"{bookie}: {e}")
+            continue
+        if resp.status in (ENOENTRY, ENOLEDGER):
+            missing += 1
+            if missing >= w - a + 1:
+                return None
+            continue
+        if resp.status != EOK:
+            errors.append(f"{bookie}: status {resp.status}")
+            continue
+        try:
+            entry = handle.digest.verify(resp.readResponse.body, entry_id)
+        except DigestMismatchError as e:
+            errors.append(f"{bookie}: {e}")
+            continue
+        return LedgerEntry(handle.ledger_id, entry_id, bytes(entry.payload), entry.length)
+    raise LedgerRecoveryError(
+        f"ledger {handle.ledger_id}: cannot tell whether entry {entry_id} exists "
+        f"({missing} bookies lack it, errors: {'; '.join(errors)})"
+    )

@@ -20,17 +20,11 @@ import logging
 from typing import TYPE_CHECKING
 
 from dlog.errors import (
-    ENOENTRY,
-    ENOLEDGER,
-    EOK,
-    BKError,
-    DigestMismatchError,
     LedgerRecoveryError,
     MetadataVersionError,
 )
-from dlog.ledger.metadata import LedgerMetadata, LedgerState
-from dlog.ledger.quorum import write_set
-from dlog.ledger.read_handle import ReadHandle, ensemble_lac
+from dlog.ledger.metadata import LedgerState
+from dlog.ledger.read_handle import ReadHandle, ensemble_lac, recovery_read
 from dlog.ledger.write_handle import WriteHandle
 
 if TYPE_CHECKING:
@@ -72,13 +66,13 @@ async def recover(client: BookKeeper, handle: ReadHandle, password: bytes) -> No
     done = False
     while not done:
         batch = await asyncio.gather(
-            *(_recovery_read(handle, e) for e in range(next_id, next_id + READ_BATCH))
+            *(recovery_read(handle, e, fence=True) for e in range(next_id, next_id + READ_BATCH))
         )
-        for payload in batch:
-            if payload is None:
+        for entry in batch:
+            if entry is None:
                 done = True
                 break
-            writer.append_nowait(payload)
+            writer.append_nowait(entry.data)
             recovered += 1
         next_id += READ_BATCH
     await writer.wait_pending(timeout=max(30.0, 4 * client.conf.add_entry_timeout_sec))
@@ -99,45 +93,3 @@ async def recover(client: BookKeeper, handle: ReadHandle, password: bytes) -> No
         recovered,
     )
     client.send_write_close(lid, handle.master_key, list(writer._md.last_ensemble))
-
-
-async def _recovery_read(handle: ReadHandle, entry_id: int) -> bytes | None:
-    """The entry's payload, or None when enough of its write set lacks it
-    (it cannot have been acknowledged). Raises when that is undecidable."""
-    md: LedgerMetadata = handle._md
-    ensemble = md.ensemble_for(entry_id)
-    w, a = md.write_quorum_size, md.ack_quorum_size
-    missing = 0
-    errors: list[str] = []
-    for idx in write_set(entry_id, len(ensemble), w):
-        bookie = ensemble[idx]
-        try:
-            conn = await handle.client.pool.get(bookie)
-            resp = await conn.read_entry(
-                handle.ledger_id,
-                entry_id,
-                fence=True,
-                master_key=handle.master_key,
-                timeout=handle._timeout,
-            )
-        except BKError as e:
-            errors.append(f"{bookie}: {e}")
-            continue
-        if resp.status in (ENOENTRY, ENOLEDGER):
-            missing += 1
-            if missing >= w - a + 1:
-                return None
-            continue
-        if resp.status != EOK:
-            errors.append(f"{bookie}: status {resp.status}")
-            continue
-        try:
-            entry = handle.digest.verify(resp.readResponse.body, entry_id)
-        except DigestMismatchError as e:
-            errors.append(f"{bookie}: {e}")
-            continue
-        return bytes(entry.payload)
-    raise LedgerRecoveryError(
-        f"ledger {handle.ledger_id}: cannot tell whether entry {entry_id} exists "
-        f"({missing} bookies lack it, errors: {'; '.join(errors)})"
-    )
