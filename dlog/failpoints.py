@@ -10,10 +10,16 @@ Actions:
   process got there), then sleep until killed;
 * ``exit``: terminate the process at once, without cleanup (``os._exit``);
 * ``raise``: raise :class:`FailpointError` in the calling code.
+
+Coroutines use :func:`afailpoint`. In-process tests can also :func:`arm` a
+:class:`Gate` there: the first coroutine to arrive parks until the test
+releases it (optionally with an error), so a test can stop one owner between
+two steps while another acts, which a process-wide action cannot do.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -41,9 +47,11 @@ _ACTIVE: dict[str, str] = _parse(os.environ.get("DLOG_FAILPOINTS", ""))
 
 
 def configure(spec: str) -> None:
-    """Set failpoints in this process (tests running in-process)."""
+    """Set failpoints in this process (tests running in-process); also
+    disarms every gate."""
     _ACTIVE.clear()
     _ACTIVE.update(_parse(spec))
+    _GATES.clear()
 
 
 def failpoint(name: str) -> None:
@@ -61,3 +69,56 @@ def failpoint(name: str) -> None:
         os._exit(86)
     elif action == "raise":
         raise FailpointError(f"failpoint {name}")
+
+
+class Gate:
+    """A one-shot pause point armed by a test (see :func:`arm`)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._reached = asyncio.Event()
+        self._released = asyncio.Event()
+        self._error: BaseException | None = None
+
+    @property
+    def reached(self) -> bool:
+        return self._reached.is_set()
+
+    async def wait_reached(self, timeout: float = 30.0) -> None:
+        """Wait until a coroutine is parked here."""
+        try:
+            await asyncio.wait_for(self._reached.wait(), timeout)
+        except TimeoutError:
+            raise AssertionError(f"failpoint {self.name} was not reached in {timeout}s") from None
+
+    def release(self, error: BaseException | None = None) -> None:
+        """Let the parked coroutine go on, or make it raise ``error``."""
+        if _GATES.get(self.name) is self:  # released before anyone arrived
+            del _GATES[self.name]
+        self._error = error
+        self._released.set()
+
+    async def _park(self) -> None:
+        self._reached.set()
+        log.warning("failpoint %s: parked", self.name)
+        await self._released.wait()
+        if self._error is not None:
+            raise self._error
+
+
+_GATES: dict[str, Gate] = {}
+
+
+def arm(name: str) -> Gate:
+    """Park the next coroutine that reaches ``afailpoint(name)``."""
+    gate = _GATES[name] = Gate(name)
+    return gate
+
+
+async def afailpoint(name: str) -> None:
+    """:func:`failpoint` for coroutines, where an armed :class:`Gate` parks."""
+    gate = _GATES.pop(name, None)
+    if gate is not None:
+        await gate._park()
+        return
+    failpoint(name)
