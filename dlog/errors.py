@@ -454,6 +454,16 @@ class SubscriptionFencedError(LockingError):
     default_message = "subscription is owned by another process"
 
 
+class SubscriptionCorruptedError(MetadataError):
+    """A subscriber's znode points at a segment ledger that does not exist.
+
+    Never read as "position = last_commit_dlsn": commits acknowledged on
+    that segment would be lost. An operator resets the position
+    (``dlog subscriptions reset``) after deciding where to resume."""
+
+    default_message = "subscription segment is missing"
+
+
 class SubscriptionNotFoundError(DLError):
     code = 510
     default_message = "subscription not found"

@@ -108,6 +108,11 @@ class Namespace:
     async def delete_log(self, name: str) -> None:
         """Delete a stream, its segments' ledgers and its subscriptions."""
         validate_stream_name(name)
+        # Subscribers first: their owners are fenced and their segments
+        # deleted; the stream's metadata would otherwise take the znodes
+        # naming those ledgers with it.
+        lm = self._logs.get(name) or LogManager(self, name)
+        await lm.subscriptions.delete_all_subscribers()
         ledger_ids = await self.store.delete_log(name)
         for lid in ledger_ids:
             try:

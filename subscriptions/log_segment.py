@@ -11,32 +11,57 @@ far, a few appends may be in flight, and every caller's future resolves
 when an append covering its position is durable on an ack quorum. Nothing
 is acknowledged from memory.
 
-A segment switch (roll at size/entry/age thresholds, taking ownership,
-graceful close) runs in an order that is safe at every crash point:
+What holds, and why:
 
-0. record the new segment's ledger id in the znode (``next_segment_id``),
-   so a crash cannot leave a ledger nobody knows about;
+* **One owner.** An owner acknowledges a commit only once an append to the
+  segment the znode names is durable; it only starts on a new segment after
+  a compare-and-set of the znode, at the version it last wrote, names it.
+  A takeover first fences the znode's segment and its ``next_segment_id``
+  (a switch the owner may be in the middle of), then compare-and-sets the
+  znode. Once that wins, the earlier owner's appends fail (fenced) and its
+  next switch fails (stale version): it acknowledges nothing more. A next
+  segment that did not exist yet when fenced is harmless for the same
+  reason: switching onto it needs the compare-and-set that just lost.
+* **No regression.** A takeover resumes at the later of
+  ``last_commit_dlsn`` and the last record of every segment it fenced;
+  recovery of a fenced ledger keeps every acknowledged entry. A current
+  segment that does not exist is SubscriptionCorruptedError, never "the
+  position is last_commit_dlsn"; only a segment the znode records as
+  switched away from (``previous_segment_id``) may be gone.
+* **Nothing deleted too early, nothing leaked.** Ledgers are deleted only
+  by the owner whose compare-and-set made them unused: a takeover deletes
+  an earlier owner's leftover after winning, a switch deletes the old
+  segment after switching. Every ledger id is in the znode before its
+  ledger exists (``next_segment_id``), so a crash leaves nothing nobody
+  knows about; a failed delete is logged with the ledger's id, and its
+  BP-44 create context names the stream and subscriber.
+
+A segment switch (roll by entries, bytes or age; taking ownership; graceful
+close) runs in an order that is safe at every crash point:
+
+0. record the new segment's ledger id in the znode (``next_segment_id``);
+   for a takeover this compare-and-set is the one that wins ownership, and
+   it records the leftover to delete in ``previous_segment_id``;
 1. create that ledger and write the current position into it;
 2. compare-and-set the znode to point at it, with ``last_commit_dlsn``
    (and the old one in ``previous_segment_id``);
-3. close the old ledger (BP-44 close context: delete expected now) and
-   delete it.
+3. close the old ledger (BP-44 close context: why, delete expected now)
+   and delete it.
 
-Whoever opens the subscription next cleans up a ``next_segment_id`` that is
-not in use and a ``previous_segment_id`` that still exists. Opening it
-recovers (fences) its segment, so the previous owner's commits fail, and
-the position is the later of the segment's last record and
-``last_commit_dlsn``: a crash never regresses it.
+The owner also keeps an ephemeral ``owner`` child under the znode, so that
+readers know whether the segment's writer is alive (see
+:mod:`subscriptions.store`): it is advisory, fencing is what guarantees.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
-import heapq
-import itertools
+import functools
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from dlog.dlsn import DLSN
@@ -47,7 +72,7 @@ from dlog.errors import (
     LedgerFencedError,
     SubscriptionFencedError,
 )
-from dlog.failpoints import failpoint
+from dlog.failpoints import afailpoint
 from dlog.ledger.metadata import LedgerCloseContext, LedgerCreateContext, LedgerOwner
 from dlog.singleflight import SingleFlight
 from dlog.zk import BadVersionError, NodeExistsError, NoNodeError
@@ -57,7 +82,7 @@ from subscriptions.format import (
     encode_commit,
     encode_segment_subscription,
 )
-from subscriptions.store import SubscriptionsStore
+from subscriptions.store import ATTEMPTS, SubscriptionsStore
 
 if TYPE_CHECKING:
     from dlog.ledger.write_handle import WriteHandle
@@ -68,6 +93,22 @@ log = logging.getLogger(__name__)
 #: Appends a subscription keeps in flight; more commits coalesce into the next.
 MAX_INFLIGHT = 4
 
+#: Why a segment is switched, and the BP-44 close reason its old ledger gets.
+ROLL_ENTRIES, ROLL_BYTES, ROLL_AGE, TAKEOVER = "max entries", "max bytes", "max age", "takeover"
+_CLOSE_CONTEXT: dict[str, Callable[..., LedgerCloseContext]] = {
+    ROLL_ENTRIES: LedgerCloseContext.max_entries_reached,
+    ROLL_BYTES: LedgerCloseContext.max_length_reached,
+    ROLL_AGE: LedgerCloseContext.time_rotation,
+}
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class _Append:
+    """One append in flight, and the commits it acknowledges when durable."""
+
+    target: DLSN
+    waiters: list[asyncio.Future[None]]
+
 
 @dataclasses.dataclass(eq=False)
 class _Owned:
@@ -76,13 +117,15 @@ class _Owned:
     version: int
     durable: DLSN
     handle: WriteHandle | None = None
+    #: Highest position asked for, and highest sent in an append.
     requested: DLSN = dataclasses.field(default=None)  # type: ignore[assignment]
     sent: DLSN = dataclasses.field(default=None)  # type: ignore[assignment]
+    #: Commits not covered by an append sent yet.
+    waiting: list[asyncio.Future[None]] = dataclasses.field(default_factory=list)
+    inflight: collections.deque[_Append] = dataclasses.field(default_factory=collections.deque)
     entries: int = 0
     bytes: int = 0
     started: float = 0.0
-    inflight: int = 0
-    waiters: list[tuple[DLSN, int, asyncio.Future[None]]] = dataclasses.field(default_factory=list)
     switching: asyncio.Task[None] | None = None
     idle: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     error: DLogError | None = None
@@ -97,6 +140,9 @@ class _Owned:
 class LogSegmentSubscriptionsStore(SubscriptionsStore):
     format = SEGMENT_FORMAT
 
+    #: The clock segment ages are measured with (tests move it).
+    clock: Callable[[], float] = staticmethod(time.monotonic)
+
     def __init__(self, log_manager: LogManager) -> None:
         super().__init__(log_manager)
         conf = self.conf
@@ -105,9 +151,10 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
         self.max_age = conf.subscription_segment_max_age_minutes * 60.0
         self._subs: dict[str, _Owned] = {}
         self._acquiring: SingleFlight[_Owned] = SingleFlight()
-        self._seq = itertools.count()
         self._tasks: set[asyncio.Task[object]] = set()
         self.switches = 0
+        self.zk.add_state_listener(self._on_zk_state)
+        self._session_lost = False
 
     # ------------------------------------------------------------------
     # ownership
@@ -121,17 +168,17 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
     def _lost(self, subscriber_id: str) -> None:
         st = self._subs.pop(subscriber_id, None)
         if st is not None:
-            self._fail(
-                st,
-                SubscriptionFencedError(
-                    f"stream {self.stream!r}: subscriber {subscriber_id!r} is owned by another process now"
-                ),
-            )
+            self._fail(st, self._fenced(subscriber_id))
 
     def _forget(self, subscriber_id: str) -> None:
         st = self._subs.pop(subscriber_id, None)
         if st is not None:
             self._fail(st, SubscriptionFencedError(f"subscriber {subscriber_id!r} was deleted"))
+
+    def _fenced(self, subscriber_id: str) -> SubscriptionFencedError:
+        return SubscriptionFencedError(
+            f"stream {self.stream!r}: subscriber {subscriber_id!r} is owned by another process now"
+        )
 
     async def acquire(self, subscriber_id: str) -> DLSN:
         return (await self._state(subscriber_id)).durable
@@ -148,33 +195,65 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
         return st
 
     async def _take_ownership(self, subscriber_id: str, position: DLSN | None) -> _Owned:
+        """Fence, win the znode (step 0 of a switch), clean up, switch to a
+        fresh segment. ``position`` (an admin reset) replaces the one found."""
         # Reserve the new segment's id first: the read, the fencing and the
         # compare-and-set that follow then race a busy owner over a shorter window.
         new_id = await self.bk.generate_ledger_id()
-        znode, version, current = await self.take_over(subscriber_id)  # fences the old owner
-        if position is None:
-            position = current
-        leftovers: list[int | None] = []
-        old_segment = None
-        if isinstance(znode, SegmentSubscription):
-            old_segment = znode.segment_id
-            if znode.next_segment_id not in (None, znode.segment_id):
-                leftovers.append(znode.next_segment_id)  # a roll that crashed before its switch
-            leftovers.append(znode.previous_segment_id)  # a switch that crashed before its delete
-        await self.delete_ledgers(*leftovers)
-        base = SegmentSubscription(name=subscriber_id, segment_id=old_segment, last_commit=position)
-        st = _Owned(subscriber_id, base, version if version is not None else -1, position)
-        # Writing the znode (a switch to a fresh segment) is what makes this
-        # process the owner: a zombie's next switch fails its compare-and-set.
-        await self._switch(st, fresh=version is None, reason="takeover", new_id=new_id)
+        for _ in range(ATTEMPTS):
+            found = await self._take_over(subscriber_id, allow_missing=position is not None)
+            start = position if position is not None else found.position
+            current = (
+                found.znode.segment_id if isinstance(found.znode, SegmentSubscription) else None
+            )
+            intent = SegmentSubscription(
+                name=subscriber_id,
+                segment_id=current,
+                last_commit=start,
+                next_segment_id=new_id,
+                previous_segment_id=found.leftover,
+            )
+            await afailpoint("subscriptions.takeover.before_claim")
+            try:
+                version = await self._cas(subscriber_id, intent, found.version)
+                break
+            except SubscriptionFencedError:
+                # The owner switched segments (or someone else took over)
+                # after we read: fence what the znode names now.
+                log.debug(
+                    "stream %s: subscriber %s changed; taking over again",
+                    self.stream,
+                    subscriber_id,
+                )
+        else:
+            raise SubscriptionFencedError(
+                f"stream {self.stream!r}: subscriber {subscriber_id!r} kept changing during a takeover"
+            )
+        await afailpoint("subscriptions.takeover.after_claim")
+        # Ours now: no earlier owner can use the leftover any more.
+        await self._delete_ledgers(found.leftover)
+        st = _Owned(subscriber_id, intent, version, start)
+        await self._switch_to(st, new_id, TAKEOVER)
+        await self._register_owner(subscriber_id)
         log.info(
             "stream %s: owning subscriber %s at %s (segment %s)",
             self.stream,
             subscriber_id,
-            position,
+            start,
             st.znode.segment_id,
         )
         return st
+
+    def _on_zk_state(self, state: str) -> None:
+        """A new ZooKeeper session lost our ``owner`` children: recreate them.
+        (Ownership itself does not depend on the session: fencing does.)"""
+        if state == "LOST":
+            self._session_lost = True
+        elif state == "CONNECTED" and self._session_lost and not self.closed:
+            self._session_lost = False
+            for sid, st in list(self._subs.items()):
+                if st.error is None:
+                    self._spawn(self._register_owner(sid))
 
     # ------------------------------------------------------------------
     # commits
@@ -189,16 +268,23 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
             return
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
-        heapq.heappush(st.waiters, (dlsn, next(self._seq), fut))
-        if dlsn > st.requested:
-            st.requested = dlsn
-        if not st.pump_scheduled:
-            # Send at the end of this loop iteration, not now: the commits
-            # made in the same iteration (every consumer woken by one
-            # durable append) then share one append instead of each taking
-            # a free in-flight slot alone.
-            st.pump_scheduled = True
-            loop.call_soon(self._scheduled_pump, st)
+        if dlsn <= st.sent:
+            # An append in flight covers it: wait for the first such one.
+            for a in st.inflight:
+                if a.target >= dlsn:
+                    a.waiters.append(fut)
+                    break
+        else:
+            if dlsn > st.requested:
+                st.requested = dlsn
+            st.waiting.append(fut)
+            if not st.pump_scheduled:
+                # Send at the end of this loop iteration, not now: the commits
+                # made in the same iteration (every consumer woken by one
+                # durable append) then share one append instead of each taking
+                # a free in-flight slot alone.
+                st.pump_scheduled = True
+                loop.call_soon(self._scheduled_pump, st)
         await fut
 
     def _scheduled_pump(self, st: _Owned) -> None:
@@ -209,7 +295,7 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
         handle = st.handle
         if st.error is not None or st.switching is not None or handle is None:
             return
-        while st.inflight < MAX_INFLIGHT and st.requested > st.sent:
+        while len(st.inflight) < MAX_INFLIGHT and st.requested > st.sent:
             target = st.sent = st.requested
             data = encode_commit(target)
             try:
@@ -217,41 +303,49 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
             except BKError as e:
                 self._fail(st, self._map_error(st, e))
                 return
-            st.inflight += 1
+            append = _Append(target, st.waiting)
+            st.waiting = []
+            st.inflight.append(append)
             st.idle.clear()
             st.entries += 1
             st.bytes += len(data)
-            fut.add_done_callback(lambda f, t=target: self._appended(st, t, f))
-            if (
-                st.entries >= self.max_entries
-                or st.bytes >= self.max_bytes
-                or time.monotonic() - st.started >= self.max_age
-            ):
-                self._start_roll(st)
+            fut.add_done_callback(functools.partial(self._appended, st, append))
+            reason = self._roll_reason(st)
+            if reason is not None:
+                self._start_roll(st, reason)
                 return
 
-    def _appended(self, st: _Owned, target: DLSN, fut: asyncio.Future[int]) -> None:
-        st.inflight -= 1
+    def _roll_reason(self, st: _Owned) -> str | None:
+        if st.entries >= self.max_entries:
+            return ROLL_ENTRIES
+        if st.bytes >= self.max_bytes:
+            return ROLL_BYTES
+        if self.clock() - st.started >= self.max_age:
+            return ROLL_AGE
+        return None
+
+    def _appended(self, st: _Owned, append: _Append, fut: asyncio.Future[int]) -> None:
+        if st.error is not None:
+            return  # _fail answered its waiters already
         exc = fut.exception()
         if exc is not None:
             self._fail(st, self._map_error(st, exc))
             return
-        if target > st.durable:
-            st.durable = target
-        waiters = st.waiters
-        while waiters and waiters[0][0] <= st.durable:
-            _, _, w = heapq.heappop(waiters)
+        # A ledger completes appends in order, and targets only grow.
+        st.inflight.popleft()
+        st.durable = append.target
+        for w in append.waiters:
             if not w.done():
                 w.set_result(None)
-        if st.inflight == 0:
+        if not st.inflight:
             st.idle.set()
-            if st.lac_task is None and st.switching is None:
+            if st.lac_task is None:
                 st.lac_task = self._spawn(self._publish_lac(st))  # type: ignore[assignment]
         self._pump(st)
 
     async def _publish_lac(self, st: _Owned) -> None:
-        """Keep the segment's LAC current while idle, so admin reads (which
-        never fence) see the latest commit."""
+        """Keep the segment's LAC current while idle, so reads in other
+        processes (which never fence) see the latest commit."""
         try:
             handle = st.handle
             while handle is not None and handle.last_add_confirmed > handle.lac_published:
@@ -263,9 +357,7 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
 
     def _map_error(self, st: _Owned, exc: BaseException) -> DLogError:
         if isinstance(exc, (LedgerFencedError, SubscriptionFencedError)):
-            return SubscriptionFencedError(
-                f"stream {self.stream!r}: subscriber {st.subscriber_id!r} is owned by another process now"
-            )
+            return self._fenced(st.subscriber_id)
         if isinstance(exc, DLogError):
             return exc if not isinstance(exc, BKError) else BKTransmitError(f"commit failed: {exc}")
         return BKTransmitError(f"commit failed: {exc!r}")
@@ -274,25 +366,28 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
         if st.error is None:
             st.error = error
             log.warning("stream %s: subscriber %s: %s", self.stream, st.subscriber_id, error)
-        waiters, st.waiters = st.waiters, []
-        for _, _, w in waiters:
+        waiters = st.waiting
+        for a in st.inflight:
+            waiters.extend(a.waiters)
+        st.waiting, st.inflight = [], collections.deque()
+        for w in waiters:
             if not w.done():
                 w.set_exception(error.clone())
-                w.exception()
+                w.exception()  # a caller that stopped waiting must not warn
         st.idle.set()
 
     # ------------------------------------------------------------------
     # segment switches
     # ------------------------------------------------------------------
-    def _start_roll(self, st: _Owned) -> None:
+    def _start_roll(self, st: _Owned, reason: str) -> None:
         if st.switching is None:
-            st.switching = self._spawn(self._roll(st))  # type: ignore[assignment]
+            st.switching = self._spawn(self._roll(st, reason))  # type: ignore[assignment]
 
-    async def _roll(self, st: _Owned) -> None:
+    async def _roll(self, st: _Owned, reason: str) -> None:
         try:
             await st.idle.wait()
             if st.error is None:
-                await self._switch(st, fresh=False, reason="roll")
+                await self._switch(st, reason)
         except DLogError as e:
             self._fail(st, e)
         except Exception as e:
@@ -301,20 +396,21 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
             st.switching = None
         self._pump(st)
 
-    async def _switch(
-        self, st: _Owned, *, fresh: bool, reason: str, new_id: int | None = None
-    ) -> None:
-        """Move the subscription to a new segment holding ``st.durable``."""
+    async def _switch(self, st: _Owned, reason: str) -> None:
+        """Step 0 of a roll, then the rest of the switch."""
+        new_id = await self.bk.generate_ledger_id()
+        intent = st.znode.replace(next_segment_id=new_id, previous_segment_id=None)
+        st.version = await self._cas(st.subscriber_id, intent, st.version)
+        st.znode = intent
+        await afailpoint("subscriptions.roll.after_intent")
+        await self._switch_to(st, new_id, reason)
+
+    async def _switch_to(self, st: _Owned, new_id: int, reason: str) -> None:
+        """Steps 1-3: move the subscription to segment ``new_id`` (recorded
+        in the znode already), holding ``st.durable``."""
         sid = st.subscriber_id
         old_handle, old_segment = st.handle, st.znode.segment_id
         position = st.durable
-        if new_id is None:
-            new_id = await self.bk.generate_ledger_id()
-        # 0. intent
-        intent = st.znode.replace(next_segment_id=new_id, previous_segment_id=None)
-        st.version = await self._cas(sid, intent, None if fresh else st.version)
-        st.znode = intent
-        failpoint("subscriptions.roll.after_intent")
         # 1. the new segment, holding the position
         handle = await self.bk.create_ledger(
             self.conf.ensemble_size,
@@ -333,40 +429,46 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
             ledger_id=new_id,
         )
         first = encode_commit(position)
-        await handle.append(first)
-        failpoint("subscriptions.roll.after_new_segment")
-        # 2. switch
-        switched = SegmentSubscription(
-            name=sid, segment_id=new_id, last_commit=position, previous_segment_id=old_segment
-        )
         try:
+            await handle.append(first)
+            await afailpoint("subscriptions.roll.after_new_segment")
+            # 2. switch
+            switched = SegmentSubscription(
+                name=sid, segment_id=new_id, last_commit=position, previous_segment_id=old_segment
+            )
             st.version = await self._cas(sid, switched, st.version)
         except BaseException:
+            # Not switched: nobody else will ever use this ledger.
+            await self._discard(handle)
+            raise
+        st.znode = switched
+        st.handle = handle
+        st.entries, st.bytes, st.started = 1, len(first), self.clock()
+        self.switches += 1
+        await afailpoint("subscriptions.roll.after_switch")
+        # 3. the old segment goes
+        if old_handle is not None:
+            make_context = _CLOSE_CONTEXT.get(reason, LedgerCloseContext.client_shutdown)
+            try:
+                await old_handle.close(make_context(expect_delete_after=_now_ms()))
+            except DLogError as e:
+                log.warning("subscriber %s: closing old segment %s failed: %s", sid, old_segment, e)
+        await self._delete_ledgers(old_segment)
+        await afailpoint("subscriptions.roll.after_delete")
+        log.debug(
+            "subscriber %s: %s: segment %s -> %d at %s", sid, reason, old_segment, new_id, position
+        )
+
+    async def _discard(self, handle: WriteHandle) -> None:
+        try:
             await handle.close(
                 LedgerCloseContext.abnormal(
                     "subscription switch failed", expect_delete_after=_now_ms()
                 )
             )
-            raise
-        st.znode = switched
-        st.handle = handle
-        st.entries, st.bytes, st.started = 1, len(first), time.monotonic()
-        self.switches += 1
-        failpoint("subscriptions.roll.after_switch")
-        # 3. the old segment goes
-        if old_handle is not None:
-            close = (
-                LedgerCloseContext.max_entries_reached(expect_delete_after=_now_ms())
-                if reason == "roll"
-                else LedgerCloseContext.client_shutdown(expect_delete_after=_now_ms())
-            )
-            try:
-                await old_handle.close(close)
-            except DLogError as e:
-                log.warning("subscriber %s: closing old segment %s failed: %s", sid, old_segment, e)
-        await self.delete_ledgers(old_segment)
-        failpoint("subscriptions.roll.after_delete")
-        log.debug("subscriber %s: %s to segment %d at %s", sid, reason, new_id, position)
+        except Exception:
+            pass
+        await self._delete_ledgers(handle.ledger_id)
 
     async def _cas(self, subscriber_id: str, sub: SegmentSubscription, version: int | None) -> int:
         path = self.znode(subscriber_id)
@@ -399,11 +501,11 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
                 except Exception:
                     pass
             self._pump(st)  # commits whose (scheduled) pump has not run yet go now
-            if st.error is not None or (st.inflight == 0 and st.switching is None):
+            if st.error is not None or (not st.inflight and st.switching is None):
                 return
             # ``idle`` may have been set and cleared again before this task
             # runs (an append completes, then the pump sends more), so the
-            # loop checks ``inflight`` itself rather than trusting the event.
+            # loop checks the appends in flight itself rather than the event.
             await st.idle.wait()
 
     async def release(self, subscriber_id: str) -> None:
@@ -428,7 +530,7 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
             log.warning("stream %s: %s; not closing it", self.stream, e)
             return
         st.znode = closed
-        st.error = SubscriptionFencedError(f"subscriber {subscriber_id!r} was released")
+        self._fail(st, SubscriptionFencedError(f"subscriber {subscriber_id!r} was released"))
         if old_handle is not None:
             try:
                 await old_handle.close(
@@ -438,10 +540,12 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
                 log.warning(
                     "subscriber %s: closing segment %s failed: %s", subscriber_id, old_segment, e
                 )
-        await self.delete_ledgers(old_segment)
+        await self._delete_ledgers(old_segment)
+        await self._unregister_owner(subscriber_id)
 
     async def close(self) -> None:
         await super().close()
+        self.zk.remove_state_listener(self._on_zk_state)
         for sid in list(self._subs):
             try:
                 await self.release(sid)

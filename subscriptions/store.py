@@ -8,18 +8,30 @@ owner, never losing or regressing the position.
 
 Positions are monotonic: advancing to a DLSN not greater than the current
 one is a no-op, and an advance returns only once the position is durable.
+
+Reads (:meth:`SubscriptionsStore.get_last_commit_position`, ``describe``,
+``dlog subscriptions show``) never fence an owner. A log-segment owner
+holds an ephemeral ``owner`` child under its subscriber znode. While that
+owner is alive a read returns what its segment's last add confirmed covers:
+it can lag the owner's newest commits (those in flight, and those
+acknowledged within the moment before the owner publishes its LAC). Once
+the owner's ZooKeeper session is gone the read follows recovery's rules
+beyond the LAC, so it returns at least every commit ever acknowledged.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
+import json
 import logging
+import os
+import socket
 from typing import TYPE_CHECKING, ClassVar
 
 from dlog.dlsn import DLSN, NonInclusiveLowerBound
-from dlog.errors import NoSuchLedgerError
-from dlog.zk import NoNodeError
+from dlog.errors import NoSuchLedgerError, SubscriptionCorruptedError, SubscriptionFencedError
+from dlog.zk import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, first_error
 from subscriptions.format import (
     SEGMENT_FORMAT,
     ZK_FORMAT,
@@ -33,9 +45,14 @@ from subscriptions.format import (
 
 if TYPE_CHECKING:
     from dlog.log import LogManager
-    from dlog.loop_thread import LoopThread
 
 log = logging.getLogger(__name__)
+
+#: Name of the ephemeral child a log-segment owner keeps under its znode.
+OWNER = "owner"
+
+#: Times a read or a takeover starts over because the znode changed under it.
+ATTEMPTS = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +65,32 @@ class SubscriberInfo:
     segment_id: int | None
     znode_version: int | None
     owned_here: bool
+    #: The live log-segment owner ({"host", "pid", "session"}), if any: while
+    #: it lives, ``position`` may lag its newest commits.
+    owner: dict[str, str] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Takeover:
+    """A subscription read with every ledger its owner could append to fenced."""
+
+    znode: SubscriberZnode | None
+    version: int | None
+    #: The later of ``last_commit_dlsn`` and the last record of every fenced segment.
+    position: DLSN
+
+    @property
+    def leftover(self) -> int | None:
+        """A ledger of the znode no longer in use once this takeover wins: an
+        earlier owner's half-done switch (``next_segment_id``), or a segment
+        already switched away from (``previous_segment_id``). A segment
+        switch writes only one of the two, so there is never more than one."""
+        z = self.znode
+        if not isinstance(z, SegmentSubscription):
+            return None
+        if z.next_segment_id is not None and z.next_segment_id != z.segment_id:
+            return z.next_segment_id
+        return z.previous_segment_id
 
 
 class SubscriptionsStore(abc.ABC):
@@ -68,6 +111,9 @@ class SubscriptionsStore(abc.ABC):
     def znode(self, subscriber_id: str) -> str:
         return f"{self.path}/{validate_subscriber_id(subscriber_id)}"
 
+    def owner_znode(self, subscriber_id: str) -> str:
+        return f"{self.znode(subscriber_id)}/{OWNER}"
+
     def data_set(self, subscriber_id: str) -> str:
         """The BP-44 data set of a subscription's segment ledgers."""
         return f"{self.log.data_set}/subscribers/{subscriber_id}"
@@ -82,38 +128,55 @@ class SubscriptionsStore(abc.ABC):
 
     async def get_last_commit_position(self, subscriber_id: str) -> DLSN:
         """The committed position; NonInclusiveLowerBound if never committed.
-        Reading never fences the subscription's owner."""
+
+        Reading never fences the subscription's owner. While a log-segment
+        owner in another process is alive, the result may lag its newest
+        commits (in flight, or acknowledged a moment ago); once that owner's
+        ZooKeeper session is gone it includes every acknowledged commit."""
         return (await self.describe(subscriber_id)).position
 
     async def get_last_commit_positions(self) -> dict[str, DLSN]:
-        """Every subscriber's committed position (never fencing owners)."""
+        """Every subscriber's committed position (never fencing owners; see
+        :meth:`get_last_commit_position`)."""
         out: dict[str, DLSN] = {}
         for sid in await self.list_subscribers():
-            try:
-                out[sid] = await self.get_last_commit_position(sid)
-            except NoNodeError:
-                continue
+            info = await self.describe(sid)
+            if info.format != "none":  # deleted since it was listed
+                out[sid] = info.position
         return out
 
     async def delete_subscriber(self, subscriber_id: str) -> bool:
-        """Forget a subscriber (and its segments); False if it did not exist."""
+        """Forget a subscriber and delete its segments; False if it did not
+        exist. A log-segment owner is fenced first, so it cannot go on
+        acknowledging commits of a deleted subscription."""
         validate_subscriber_id(subscriber_id)
         self._forget(subscriber_id)
-        znode, version = await self.read_znode(subscriber_id)
-        if znode is None:
-            return False
-        if isinstance(znode, SegmentSubscription):
-            await self.delete_ledgers(
-                znode.segment_id, znode.next_segment_id, znode.previous_segment_id
-            )
-        try:
-            await self.zk.delete(
-                self.znode(subscriber_id), version=version if version is not None else -1
-            )
-        except NoNodeError:
-            return False
-        log.info("stream %s: deleted subscriber %s", self.stream, subscriber_id)
-        return True
+        for _ in range(ATTEMPTS):
+            found = await self._take_over(subscriber_id, allow_missing=True)
+            if found.znode is None:
+                return False
+            try:
+                await self._delete_znode(subscriber_id, found.version)
+            except (BadVersionError, NotEmptyError):
+                continue  # changed (or an owner registered) meanwhile: fence again
+            except NoNodeError:
+                return False
+            if isinstance(found.znode, SegmentSubscription):
+                z = found.znode
+                await self._delete_ledgers(z.segment_id, z.next_segment_id, z.previous_segment_id)
+            log.info("stream %s: deleted subscriber %s", self.stream, subscriber_id)
+            return True
+        raise SubscriptionFencedError(
+            f"stream {self.stream!r}: subscriber {subscriber_id!r} kept changing while being deleted"
+        )
+
+    async def delete_all_subscribers(self) -> list[str]:
+        """Delete every subscriber and its segments (the stream is going)."""
+        deleted = []
+        for sid in await self.list_subscribers():
+            if await self.delete_subscriber(sid):
+                deleted.append(sid)
+        return deleted
 
     @abc.abstractmethod
     async def acquire(self, subscriber_id: str) -> DLSN:
@@ -127,7 +190,8 @@ class SubscriptionsStore(abc.ABC):
     @abc.abstractmethod
     async def reset_position(self, subscriber_id: str, dlsn: DLSN) -> None:
         """Set the position to ``dlsn``, even backwards (an admin operation:
-        it takes ownership, fencing a running consumer)."""
+        it takes ownership, fencing a running consumer). Also the way out of
+        SubscriptionCorruptedError."""
 
     async def close(self) -> None:
         """Release every subscription this store owns."""
@@ -163,98 +227,207 @@ class SubscriptionsStore(abc.ABC):
             return None, None
         return decode_znode(data, path), stat.version
 
-    async def describe(self, subscriber_id: str) -> SubscriberInfo:
-        znode, version = await self.read_znode(subscriber_id)
-        owned = self._owned(subscriber_id)
-        if owned is not None and owned[1] != version:
-            # Someone else wrote the znode: this store no longer owns it.
-            self._lost(subscriber_id)
-            owned = None
-        if znode is None:
-            position, fmt, segment = NonInclusiveLowerBound, "none", None
-        elif isinstance(znode, ZkPosition):
-            position, fmt, segment = znode.position, ZK_FORMAT, None
-        elif owned is not None:
-            position, fmt, segment = owned[0], SEGMENT_FORMAT, znode.segment_id
-        else:
-            position = await self.segment_position(znode, fence=False)
-            fmt, segment = SEGMENT_FORMAT, znode.segment_id
-        if owned is not None:
-            position = max(position, owned[0])
-        return SubscriberInfo(subscriber_id, position, fmt, segment, version, owned is not None)
+    async def read_owner(self, subscriber_id: str) -> dict[str, str] | None:
+        """The live log-segment owner's registration, or None."""
+        try:
+            data, _ = await self.zk.get(self.owner_znode(subscriber_id))
+        except NoNodeError:
+            return None
+        try:
+            owner = json.loads(data)
+        except ValueError:
+            owner = None
+        return owner if isinstance(owner, dict) else {"raw": data.decode(errors="replace")}
 
-    async def segment_position(self, sub: SegmentSubscription, *, fence: bool) -> DLSN:
-        """The position a log-segment subscription stands at: the later of
-        ``last_commit_dlsn`` and the last record of its segment. With
-        ``fence`` the segment is recovered (closing it to its writer)."""
+    async def describe(self, subscriber_id: str) -> SubscriberInfo:
+        for _ in range(ATTEMPTS):
+            owner = None
+            znode, version = await self.read_znode(subscriber_id)
+            owned = self._owned(subscriber_id)
+            if owned is not None and owned[1] != version:
+                # Someone else wrote the znode: this store no longer owns it.
+                self._lost(subscriber_id)
+                owned = None
+            if znode is None:
+                position, fmt, segment = NonInclusiveLowerBound, "none", None
+            elif isinstance(znode, ZkPosition):
+                position, fmt, segment = znode.position, ZK_FORMAT, None
+            elif owned is not None:
+                position, fmt, segment = owned[0], SEGMENT_FORMAT, znode.segment_id
+            else:
+                fmt, segment = SEGMENT_FORMAT, znode.segment_id
+                owner = await self.read_owner(subscriber_id)
+                try:
+                    position = await self._segment_position(
+                        znode, fence=False, owner_alive=owner is not None
+                    )
+                except NoSuchLedgerError:
+                    if await self._changed_since(subscriber_id, version):
+                        continue  # switched away and deleted meanwhile: read again
+                    raise self._missing_segment(subscriber_id, znode.segment_id) from None
+            if owned is not None:
+                position = max(position, owned[0])
+            return SubscriberInfo(
+                subscriber_id, position, fmt, segment, version, owned is not None, owner
+            )
+        raise SubscriptionFencedError(
+            f"stream {self.stream!r}: subscriber {subscriber_id!r} kept changing while being read"
+        )
+
+    async def _segment_position(
+        self, sub: SegmentSubscription, *, fence: bool, owner_alive: bool
+    ) -> DLSN:
+        """The later of ``last_commit_dlsn`` and the last record of the
+        current segment (NoSuchLedgerError if it is missing). ``fence``
+        recovers the segment, closing it to its writer; otherwise a live
+        owner's segment is read to its LAC and a dead owner's by recovery's
+        rules beyond it (see the module docstring)."""
         position = sub.last_commit
-        if sub.segment_id is None:
-            return position
-        try:
-            rh = await self.bk.open_ledger(sub.segment_id, self.log.password, recovery=fence)
-        except NoSuchLedgerError:
-            # Deleted after a completed switch away from it; last_commit holds.
-            return position
-        try:
-            lac = rh.last_add_confirmed if fence else await rh.read_last_add_confirmed()
-            if lac >= 0:
-                entry = (await rh.read_unconfirmed(lac, lac))[0]
-                position = max(
-                    position, decode_commit(entry.data, f"ledger {sub.segment_id} entry {lac}")
-                )
-        finally:
-            await rh.close()
+        if sub.segment_id is not None:
+            last = await self._last_commit_in(
+                sub.segment_id, fence=fence, beyond_lac=not owner_alive
+            )
+            if last is not None:
+                position = max(position, last)
         return position
 
-    async def delete_ledgers(self, *ledger_ids: int | None) -> None:
-        """Delete ledgers that may or may not exist (cleanup is idempotent)."""
-        for lid in ledger_ids:
+    async def _last_commit_in(
+        self, ledger_id: int, *, fence: bool, beyond_lac: bool = False
+    ) -> DLSN | None:
+        """The commit in a segment's last entry; None if it has none."""
+        rh = await self.bk.open_ledger(ledger_id, self.log.password, recovery=fence)
+        try:
+            entry = await rh.read_last_entry(beyond_lac=beyond_lac)
+        finally:
+            await rh.close()
+        if entry is None:
+            return None
+        return decode_commit(entry.data, f"ledger {ledger_id} entry {entry.entry_id}")
+
+    async def _changed_since(self, subscriber_id: str, version: int | None) -> bool:
+        return (await self.read_znode(subscriber_id))[1] != version
+
+    def _missing_segment(
+        self, subscriber_id: str, ledger_id: int | None
+    ) -> SubscriptionCorruptedError:
+        return SubscriptionCorruptedError(
+            f"stream {self.stream!r}: subscriber {subscriber_id!r}: its current segment, "
+            f"ledger {ledger_id}, does not exist, so commits acknowledged on it cannot be "
+            f"read; reset the position (dlog subscriptions reset) to resume"
+        )
+
+    async def _take_over(self, subscriber_id: str, *, allow_missing: bool = False) -> Takeover:
+        """Read a subscription and fence every ledger an earlier log-segment
+        owner could still append to: its segment and the next segment of a
+        switch it may be in the middle of. The caller wins ownership with a
+        compare-and-set on ``version``; until then nothing may be deleted.
+
+        A next segment that does not exist yet needs no fence: its creator
+        can only start acknowledging commits on it after switching the znode
+        to it, and that compare-and-set fails once the caller's has won (or
+        wins first, and the caller's fails and takes over again).
+
+        A missing current segment raises SubscriptionCorruptedError, unless
+        ``allow_missing`` (an admin reset or delete, which do not need it)."""
+        for _ in range(ATTEMPTS):
+            znode, version = await self.read_znode(subscriber_id)
+            if znode is None:
+                return Takeover(None, None, NonInclusiveLowerBound)
+            if isinstance(znode, ZkPosition):
+                return Takeover(znode, version, znode.position)
+            try:
+                position = await self._segment_position(znode, fence=True, owner_alive=False)
+            except NoSuchLedgerError:
+                if await self._changed_since(subscriber_id, version):
+                    continue
+                if not allow_missing:
+                    raise self._missing_segment(subscriber_id, znode.segment_id) from None
+                log.warning(
+                    "stream %s: subscriber %s: current segment %s is missing",
+                    self.stream,
+                    subscriber_id,
+                    znode.segment_id,
+                )
+                position = znode.last_commit
+            nxt = znode.next_segment_id
+            if nxt is not None and nxt != znode.segment_id:
+                try:
+                    last = await self._last_commit_in(nxt, fence=True)
+                except NoSuchLedgerError:
+                    last = None  # not created (yet): see the docstring
+                if last is not None:
+                    position = max(position, last)
+            return Takeover(znode, version, position)
+        raise SubscriptionFencedError(
+            f"stream {self.stream!r}: subscriber {subscriber_id!r} kept changing during a takeover"
+        )
+
+    async def _delete_znode(self, subscriber_id: str, version: int | None) -> None:
+        """Delete the subscriber's znode (at ``version``) and its owner child
+        in one transaction."""
+        path = self.znode(subscriber_id)
+        children = await self.zk.get_children(path)
+        ops: list[tuple[str, tuple[object, ...], dict[str, object]]] = [
+            ("delete", (f"{path}/{child}",), {}) for child in children
+        ]
+        ops.append(("delete", (path,), {"version": version if version is not None else -1}))
+        error = first_error(await self.zk.transaction(ops))
+        if error is not None:
+            raise error
+
+    async def _delete_ledgers(self, *ledger_ids: int | None) -> None:
+        """Delete ledgers that may or may not exist (cleanup is idempotent).
+        A failure is logged with the ledger's id; its BP-44 create context
+        names the stream and subscriber, so it can be found and deleted later."""
+        for lid in dict.fromkeys(ledger_ids):
             if lid is None:
                 continue
             try:
                 await self.bk.delete_ledger(lid)
             except NoSuchLedgerError:
                 pass
-            except Exception as e:  # visible later as an orphan: BP-44 close context
+            except Exception as e:
                 log.warning(
-                    "stream %s: could not delete subscription ledger %d: %s", self.stream, lid, e
+                    "stream %s: could not delete subscription ledger %d (BP-44 data set %s/*): %s",
+                    self.stream,
+                    lid,
+                    f"{self.log.data_set}/subscribers",
+                    e,
                 )
 
-    async def take_over(
-        self, subscriber_id: str
-    ) -> tuple[SubscriberZnode | None, int | None, DLSN]:
-        """Read a subscription and fence whoever owned its segment, if any:
-        returns (znode, version, position)."""
-        znode, version = await self.read_znode(subscriber_id)
-        if znode is None:
-            return None, None, NonInclusiveLowerBound
-        if isinstance(znode, ZkPosition):
-            return znode, version, znode.position
-        position = await self.segment_position(znode, fence=True)
-        return znode, version, position
+    # ------------------------------------------------------------------
+    # the owner's registration (log-segment store)
+    # ------------------------------------------------------------------
+    async def _register_owner(self, subscriber_id: str) -> None:
+        """Create this session's ephemeral ``owner`` child, replacing an
+        earlier owner's (that owner is fenced already)."""
+        path = self.owner_znode(subscriber_id)
+        session = self.zk.session_id
+        data = json.dumps(
+            {
+                "host": socket.gethostname(),
+                "pid": str(os.getpid()),
+                "session": f"{session:#x}" if session is not None else "?",
+            }
+        ).encode()
+        for _ in range(ATTEMPTS):
+            try:
+                await self.zk.create(path, data, ephemeral=True)
+                return
+            except NodeExistsError:
+                try:
+                    await self.zk.delete(path)
+                except NoNodeError:
+                    pass
+            except NoNodeError:
+                return  # the subscriber was deleted: the next commit finds out
 
-
-class SyncSubscriptionsStore:
-    """Blocking twin of a store (runs its coroutines on a loop thread)."""
-
-    def __init__(self, store: SubscriptionsStore, runner: LoopThread) -> None:
-        self.store = store
-        self._run = runner.run
-
-    def get_last_commit_position(self, subscriber_id: str) -> DLSN:
-        return self._run(self.store.get_last_commit_position(subscriber_id))
-
-    def get_last_commit_positions(self) -> dict[str, DLSN]:
-        return self._run(self.store.get_last_commit_positions())
-
-    def advance_commit_position(self, subscriber_id: str, dlsn: DLSN) -> None:
-        self._run(self.store.advance_commit_position(subscriber_id, dlsn))
-
-    def delete_subscriber(self, subscriber_id: str) -> bool:
-        return self._run(self.store.delete_subscriber(subscriber_id))
-
-    def describe(self, subscriber_id: str) -> SubscriberInfo:
-        return self._run(self.store.describe(subscriber_id))
-
-    def close(self) -> None:
-        self._run(self.store.close())
+    async def _unregister_owner(self, subscriber_id: str) -> None:
+        """Delete the ``owner`` child if this session created it."""
+        path = self.owner_znode(subscriber_id)
+        try:
+            stat = await self.zk.exists(path)
+            if stat is not None and stat.ephemeralOwner == self.zk.session_id:
+                await self.zk.delete(path, version=stat.version)
+        except (NoNodeError, BadVersionError):
+            pass

@@ -13,12 +13,12 @@ import asyncio
 import dataclasses
 import logging
 
-from dlog.dlsn import DLSN
+from dlog.dlsn import DLSN, NonInclusiveLowerBound
 from dlog.errors import SubscriptionFencedError
 from dlog.singleflight import SingleFlight
 from dlog.zk import BadVersionError, NodeExistsError, NoNodeError
 from subscriptions.format import ZK_FORMAT, SegmentSubscription, ZkPosition, encode_zk_position
-from subscriptions.store import SubscriptionsStore
+from subscriptions.store import ATTEMPTS, SubscriptionsStore
 
 log = logging.getLogger(__name__)
 
@@ -76,25 +76,42 @@ class ZKSubscriptionsStore(SubscriptionsStore):
         return st
 
     async def _load(self, subscriber_id: str) -> _State:
-        znode, version, position = await self.take_over(subscriber_id)
-        if isinstance(znode, SegmentSubscription):
-            # Convert: the segment's owner is fenced; write the position in
-            # DistributedLog's format, then drop the segments. Not forced: if
-            # another ZooKeeper store converted it first and its consumer
-            # committed further, that later position must win.
-            st = _State(position, version)
-            await self._write(subscriber_id, st, position)
-            await self.delete_ledgers(
-                znode.segment_id, znode.next_segment_id, znode.previous_segment_id
-            )
+        for _ in range(ATTEMPTS):
+            found = await self._take_over(subscriber_id)
+            if not isinstance(found.znode, SegmentSubscription):
+                return _State(found.position, found.version)
+            # Convert: every segment its owner could append to is fenced;
+            # write the position in DistributedLog's format (compare-and-set:
+            # if the owner switched segments meanwhile, fence again), then
+            # drop the segments and the owner's registration.
+            try:
+                version = (
+                    await self.zk.set(
+                        self.znode(subscriber_id),
+                        encode_zk_position(found.position),
+                        version=found.version if found.version is not None else -1,
+                    )
+                ).version
+            except BadVersionError:
+                continue
+            except NoNodeError:
+                return _State(NonInclusiveLowerBound, None)  # deleted meanwhile
+            z = found.znode
+            await self._delete_ledgers(z.segment_id, z.next_segment_id, z.previous_segment_id)
+            try:
+                await self.zk.delete(self.owner_znode(subscriber_id))
+            except NoNodeError:
+                pass
             log.info(
                 "stream %s: converted subscriber %s to the ZooKeeper format at %s",
                 self.stream,
                 subscriber_id,
-                position,
+                found.position,
             )
-            return st
-        return _State(position, version)
+            return _State(found.position, version)
+        raise SubscriptionFencedError(
+            f"stream {self.stream!r}: subscriber {subscriber_id!r} kept changing while converting"
+        )
 
     async def acquire(self, subscriber_id: str) -> DLSN:
         self._fenced.pop(subscriber_id, None)

@@ -273,7 +273,7 @@ async def test_a_consumer_restarting_during_the_conversion_keeps_its_commits(
     await seg.advance_commit_position("app", DLSN(1, 10, 0))
     await seg.release("app")
     paused, resume = asyncio.Event(), asyncio.Event()
-    original = ZKSubscriptionsStore.take_over
+    original = ZKSubscriptionsStore._take_over
     calls = 0
 
     async def slow_take_over(self, subscriber_id):  # type: ignore[no-untyped-def]
@@ -285,7 +285,7 @@ async def test_a_consumer_restarting_during_the_conversion_keeps_its_commits(
             await resume.wait()
         return result
 
-    monkeypatch.setattr(ZKSubscriptionsStore, "take_over", slow_take_over)
+    monkeypatch.setattr(ZKSubscriptionsStore, "_take_over", slow_take_over)
     migration = asyncio.ensure_future(migrate_subscriptions(await open_ns(), "zk"))
     await asyncio.wait_for(paused.wait(), 10)
     consumer = (await (await open_ns(False)).open_log("events")).subscriptions

@@ -269,3 +269,68 @@ async def test_consumer_resumes_after_its_last_commit(open_ns) -> None:
     assert (await again.read(timeout=10)).txid == 0
     await again.close()
     await writer.close()
+
+
+async def _commit_until_parked(store, sid: str, gate, first: int) -> DLSN:  # type: ignore[no-untyped-def]
+    """Commit d(first), d(first+1), ... one at a time until a segment switch
+    parks at ``gate``; returns the last acknowledged commit. (A commit made
+    while the switch is parked would wait for it: check before each.)"""
+    acked = NonInclusiveLowerBound
+    for i in range(first, first + 1000):
+        for _ in range(5):
+            if gate.reached:
+                break
+            await asyncio.sleep(0.01)
+        if gate.reached:
+            return acked
+        await store.advance_commit_position(sid, d(i))
+        acked = d(i)
+    raise AssertionError("no segment switch reached the gate")
+
+
+async def test_a_takeover_racing_a_roll_leaves_one_owner_and_no_regression(open_ns) -> None:
+    """The race of the subscriptions issue: a takeover reads the znode while
+    the owner is between "create the new segment" and "switch". The owner
+    then switches and commits; the takeover's compare-and-set fails. The old
+    code had deleted the new segment before its compare-and-set and never
+    fenced it, so the old owner kept getting commits acknowledged on a
+    deleted ledger, and a later owner resumed below them."""
+    settings = {"subscriptionSegmentMaxEntries": 10}
+    old = (await (await open_ns(True, **settings)).open_log("race")).subscriptions
+    new = (await (await open_ns(True, **settings)).open_log("race")).subscriptions
+    await old.acquire("s")
+    rolling = failpoints.arm("subscriptions.roll.after_new_segment")
+    acked = await _commit_until_parked(old, "s", rolling, 1)
+    await rolling.wait_reached()
+    claiming = failpoints.arm("subscriptions.takeover.before_claim")
+    takeover = asyncio.ensure_future(new.acquire("s"))
+    await claiming.wait_reached()  # the takeover has read (and fenced); not yet won
+    rolling.release()  # the old owner switches onto its new segment...
+    await asyncio.sleep(0.2)
+    acked_after_switch = []
+    for i in range(1000, 1005):  # ...and tries to commit on it
+        try:
+            await old.advance_commit_position("s", d(i))
+        except SubscriptionFencedError:
+            break
+        acked_after_switch.append(d(i))
+    if acked_after_switch:
+        acked = acked_after_switch[-1]
+    claiming.release()
+    try:
+        resumed = await asyncio.wait_for(takeover, 30)
+    except SubscriptionFencedError:
+        resumed = None  # its compare-and-set lost: a takeover may give up...
+    if resumed is not None:
+        # ...but once it wins, the old owner acknowledges nothing more.
+        with pytest.raises(SubscriptionFencedError):
+            await old.advance_commit_position("s", d(2000))
+        assert resumed >= acked
+    # A later owner never resumes below an acknowledged commit, and a fresh
+    # reader sees it too.
+    later = (await (await open_ns(True, **settings)).open_log("race")).subscriptions
+    assert await later.get_last_commit_position("s") >= acked
+    assert await later.acquire("s") >= acked
+    for store in (old, new):
+        with pytest.raises(SubscriptionFencedError):
+            await store.advance_commit_position("s", d(3000))
