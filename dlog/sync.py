@@ -14,11 +14,18 @@ The same names as the asyncio API, minus the ``await``::
         with log.open_reader() as reader:
             for record in reader:               # tails; stops at end of stream
                 print(record.dlsn, record.payload)
+        with log.subscribe("billing") as consumer:  # resumes after its last commit
+            for record in consumer:             # tails; stops at end of stream
+                handle(record)
+                consumer.commit(record)         # durable on return
+        log.subscriptions.describe("billing")   # the store: acquire, reset_position ...
 
 Every object runs its async twin on one event loop in a background thread
 (:func:`dlog.loop_thread.default_loop_thread`, or the ``loop_thread`` given
 to :meth:`SyncNamespace.open`); the async object is there as ``.namespace``,
-``.log``, ``.writer`` or ``.reader``.
+``.log``, ``.writer``, ``.reader``, ``.consumer`` or ``.store``. The
+subscription twins have every public method of their async classes
+(tests/unit/test_sync_parity.py checks it by introspection).
 
 Threads: every method may be called from any thread, several at once (each
 call hops to the loop thread, where the async objects live). Records a
@@ -38,24 +45,38 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import functools
 import os
 import threading
+import time
 from collections import deque
-from collections.abc import Coroutine, Iterable, Iterator, Mapping
-from typing import Any, Self, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from dlog.conf.dlog import DLogConfig
 from dlog.dlsn import DLSN
-from dlog.errors import EndOfStreamError, ReadCancelledError
+from dlog.errors import EndOfStreamError, IllegalStateError, ReadCancelledError
 from dlog.log import LogManager
 from dlog.loop_thread import LoopThread, current_pid, default_loop_thread
 from dlog.namespace import Namespace as AsyncNamespace
 from dlog.reader import LogReader
 from dlog.record import LogRecord, LogRecordWithDLSN
 from dlog.writer import LogWriter
-from subscriptions.store import SyncSubscriptionsStore
 
-__all__ = ["Namespace", "SyncLogManager", "SyncLogReader", "SyncLogWriter", "SyncNamespace"]
+if TYPE_CHECKING:
+    from subscriptions.consumer import Consumer
+    from subscriptions.format import SubscriberZnode
+    from subscriptions.store import SubscriberInfo, SubscriptionsStore
+
+__all__ = [
+    "Namespace",
+    "SyncConsumer",
+    "SyncLogManager",
+    "SyncLogReader",
+    "SyncLogWriter",
+    "SyncNamespace",
+    "SyncSubscriptionsStore",
+]
 
 T = TypeVar("T")
 
@@ -213,6 +234,12 @@ class SyncLogManager(_Bound):
     def subscriptions(self) -> SyncSubscriptionsStore:
         """The stream's subscriptions store, blocking."""
         return SyncSubscriptionsStore(self.log.subscriptions, self._runner)
+
+    def subscribe(self, subscriber_id: str) -> SyncConsumer:
+        """A consumer reading from just after ``subscriber_id``'s last commit;
+        this process becomes the subscription's owner."""
+        consumer: Consumer = self._run(self.log.subscribe(subscriber_id))
+        return SyncConsumer(consumer, self._runner)
 
     def open_writer(self) -> SyncLogWriter:
         """Become the stream's single writer (fencing any previous one)."""
@@ -533,6 +560,277 @@ class SyncLogReader(_Bound):
             inflight.cancel()
         self._run(self.reader.close())
         self._buffer.clear()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------
+# subscriptions
+# ---------------------------------------------------------------------------
+
+
+class SyncSubscriptionsStore(_Bound):
+    """A stream's subscriptions store (see :class:`subscriptions.store.SubscriptionsStore`),
+    whichever of the two ``logSegmentBasedSubscriptionsStoreEnabled`` picked.
+    Get it as ``log.subscriptions``; the async store is ``.store``."""
+
+    def __init__(self, store: SubscriptionsStore, loop_thread: LoopThread) -> None:
+        self.store = store
+        self._runner = loop_thread
+
+    @property
+    def format(self) -> str:
+        """The znode format this store writes ("zookeeper" or "log-segment")."""
+        return self.store.format
+
+    def __repr__(self) -> str:
+        return f"SyncSubscriptionsStore({self.store.stream!r}, format={self.store.format!r})"
+
+    # -- positions --------------------------------------------------------------
+    def advance_commit_position(self, subscriber_id: str, dlsn: DLSN) -> None:
+        """Move the position forward to ``dlsn`` (a no-op unless greater);
+        returns once it is durable. Takes ownership on first use."""
+        self._run(self.store.advance_commit_position(subscriber_id, dlsn))
+
+    def get_last_commit_position(self, subscriber_id: str) -> DLSN:
+        """The committed position; NonInclusiveLowerBound if never committed."""
+        return self._run(self.store.get_last_commit_position(subscriber_id))
+
+    def get_last_commit_positions(self) -> dict[str, DLSN]:
+        return self._run(self.store.get_last_commit_positions())
+
+    def reset_position(self, subscriber_id: str, dlsn: DLSN) -> None:
+        """Set the position to ``dlsn``, even backwards (fences a running consumer)."""
+        self._run(self.store.reset_position(subscriber_id, dlsn))
+
+    # -- ownership --------------------------------------------------------------
+    def acquire(self, subscriber_id: str) -> DLSN:
+        """Become the subscription's single owner; returns its position."""
+        return self._run(self.store.acquire(subscriber_id))
+
+    def release(self, subscriber_id: str) -> None:
+        """Stop owning a subscription gracefully (its position stays)."""
+        self._run(self.store.release(subscriber_id))
+
+    # -- inspection and cleanup -------------------------------------------------
+    def list_subscribers(self) -> list[str]:
+        return self._run(self.store.list_subscribers())
+
+    def describe(self, subscriber_id: str) -> SubscriberInfo:
+        return self._run(self.store.describe(subscriber_id))
+
+    def read_znode(self, subscriber_id: str) -> tuple[SubscriberZnode | None, int | None]:
+        return self._run(self.store.read_znode(subscriber_id))
+
+    def read_owner(self, subscriber_id: str) -> dict[str, str] | None:
+        """The live log-segment owner's registration, or None."""
+        return self._run(self.store.read_owner(subscriber_id))
+
+    def delete_subscriber(self, subscriber_id: str) -> bool:
+        """Forget a subscriber (and its segments); False if it did not exist."""
+        return self._run(self.store.delete_subscriber(subscriber_id))
+
+    def delete_all_subscribers(self) -> list[str]:
+        """Delete every subscriber and its segments; the ones deleted."""
+        return self._run(self.store.delete_all_subscribers())
+
+    def close(self) -> None:
+        """Release every subscription this store owns."""
+        self._run(self.store.close())
+
+
+class SyncConsumer(_Bound):
+    """A consumer (see :class:`subscriptions.consumer.Consumer`): a reader that
+    starts after its subscription's last commit. Get one with
+    ``log.subscribe(subscriber_id)``; the async consumer is ``.consumer``.
+
+    Like :class:`SyncLogReader`, it fetches up to :data:`READ_BATCH` records
+    per hop to the loop and hands them out one by one; ``position`` and
+    ``commit()`` follow the records handed out, not the ones read ahead.
+    ``for record in consumer`` stops at the end of stream or when the consumer
+    is closed (e.g. from another thread). A read blocked in another thread
+    ends with IllegalStateError on ``close`` (the error every call on a
+    closed async consumer raises); on ``seek`` it reads on from the new
+    position.
+    """
+
+    def __init__(self, consumer: Consumer, loop_thread: LoopThread) -> None:
+        self.consumer = consumer
+        self.subscriber_id = consumer.subscriber_id
+        self._runner = loop_thread
+        self._buffer: deque[LogRecordWithDLSN] = deque()
+        self._read_lock = threading.Lock()
+        # Guards _buffer, _position, _closed, _seeks and _inflight together: a
+        # seek or close always sees (and cancels) a fetch that got past the
+        # check, and a fetch from before a seek never lands in the buffer.
+        self._state_lock = threading.Lock()
+        self._inflight: concurrent.futures.Future[list[LogRecordWithDLSN]] | None = None
+        self._closed = False
+        self._seeks = 0
+        self._position: DLSN | None = None
+        # On the loop: a seek or close runs after the fetch it cancelled has
+        # let go of the async consumer, and a later fetch after the seek.
+        self._serial = asyncio.Lock()
+
+    @property
+    def position(self) -> DLSN | None:
+        """DLSN of the last record read (not necessarily committed)."""
+        return self._position
+
+    def __repr__(self) -> str:
+        return (
+            f"SyncConsumer({self.consumer.log.name!r}, {self.subscriber_id!r}, "
+            f"position={self._position!r})"
+        )
+
+    def _closed_error(self) -> IllegalStateError:
+        return IllegalStateError(f"consumer {self.subscriber_id!r} is closed")
+
+    async def _serially(self, call: Callable[[], Awaitable[T]]) -> T:
+        async with self._serial:
+            return await call()
+
+    def _submit(self, call: Callable[[], Awaitable[T]]) -> concurrent.futures.Future[T]:
+        """Under _state_lock: start ``call`` on the loop, in submission order."""
+        return asyncio.run_coroutine_threadsafe(self._serially(call), self._runner.loop)
+
+    @staticmethod
+    def _wait(fut: concurrent.futures.Future[T]) -> T:
+        try:
+            return fut.result()
+        except BaseException:
+            if not fut.done():
+                fut.cancel()  # KeyboardInterrupt: do not leave it running
+            raise
+
+    def _fetch(self, n: int, timeout: float | None) -> None:
+        """Add up to ``max(n, READ_BATCH)`` records to the buffer (none on timeout)."""
+        self._check_caller()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        batch = max(n, READ_BATCH)
+        while True:
+            with self._state_lock:
+                if self._closed:
+                    raise self._closed_error()
+                seeks = self._seeks
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                fut = self._submit(functools.partial(self.consumer.read_bulk, batch, left))
+                self._inflight = fut
+            records: list[LogRecordWithDLSN] = []
+            error: Exception | None = None
+            try:
+                records = self._wait(fut)
+            except concurrent.futures.CancelledError:
+                pass  # by close or seek, handled below
+            except Exception as e:
+                error = e
+            finally:
+                with self._state_lock:
+                    if self._inflight is fut:
+                        self._inflight = None
+            with self._state_lock:
+                if self._closed:
+                    raise self._closed_error() from error
+                if seeks != self._seeks:
+                    continue  # read before a seek: read again from its position
+                if error is not None:
+                    raise error
+                if fut.cancelled():
+                    raise ReadCancelledError(f"consumer {self.subscriber_id!r}: read cancelled")
+                self._buffer.extend(records)
+                return
+
+    def _take(self, n: int) -> list[LogRecordWithDLSN]:
+        with self._state_lock:
+            buffer = self._buffer
+            out = [buffer.popleft() for _ in range(min(n, len(buffer)))]
+            if out:
+                self._position = out[-1].dlsn
+            return out
+
+    def read(self, timeout: float | None = None) -> LogRecordWithDLSN | None:
+        """The next record, or None if none arrives within ``timeout`` seconds
+        (None waits indefinitely). EndOfStreamError after the last record of
+        an ended stream; IllegalStateError once the consumer is closed."""
+        records = self.read_bulk(1, timeout)
+        return records[0] if records else None
+
+    def read_bulk(self, n: int, timeout: float | None = None) -> list[LogRecordWithDLSN]:
+        """Up to ``n`` records: waits up to ``timeout`` for the first, then
+        takes what is already read ahead."""
+        if n < 1:
+            raise ValueError(f"n must be at least 1, got {n}")
+        with self._read_lock:
+            out = self._take(n)
+            if not out:
+                self._fetch(n, timeout)
+                out = self._take(n)
+            return out
+
+    def __iter__(self) -> Iterator[LogRecordWithDLSN]:
+        return self
+
+    def __next__(self) -> LogRecordWithDLSN:
+        with self._read_lock:
+            while True:
+                out = self._take(1)
+                if out:
+                    return out[0]
+                if self._closed:
+                    raise StopIteration
+                try:
+                    self._fetch(READ_BATCH, 1.0)
+                except EndOfStreamError:
+                    raise StopIteration from None
+                except IllegalStateError:
+                    if self._closed:
+                        raise StopIteration from None
+                    raise
+
+    def commit(self, record_or_dlsn: LogRecordWithDLSN | DLSN | None = None) -> DLSN:
+        """Commit a record (or DLSN; default: the last record read). Returns
+        once the position is durable; committing an older one is a no-op."""
+        if record_or_dlsn is None:
+            record_or_dlsn = self._position
+            if record_or_dlsn is None:
+                # What the async consumer raises (it has read ahead of us).
+                raise IllegalStateError("nothing has been read yet, so there is nothing to commit")
+        return self._run(self.consumer.commit(record_or_dlsn))
+
+    def committed(self) -> DLSN:
+        """The durable committed position."""
+        return self._run(self.consumer.committed())
+
+    def seek(self, dlsn: DLSN) -> None:
+        """Read from ``dlsn`` on (nothing is committed by seeking); a read
+        blocked in another thread continues from there."""
+        self._check_caller()
+        with self._state_lock:
+            if self._closed:
+                raise self._closed_error()
+            self._seeks += 1
+            self._buffer.clear()
+            self._position = None
+            if self._inflight is not None:
+                self._inflight.cancel()
+            fut = self._submit(lambda: self.consumer.seek(dlsn))
+        self._wait(fut)
+
+    def close(self) -> None:
+        """Stop reading and release the subscription (its position stays); a
+        read blocked in another thread ends (iteration stops)."""
+        self._check_caller()
+        with self._state_lock:
+            self._closed = True
+            self._buffer.clear()
+            if self._inflight is not None:
+                self._inflight.cancel()
+            fut = self._submit(self.consumer.close)
+        self._wait(fut)
 
     def __enter__(self) -> Self:
         return self

@@ -127,11 +127,7 @@ def main() -> int:
         problems = check(output, events)
 
     with Namespace.open(args.uri) as ns:
-        from subscriptions.store import SyncSubscriptionsStore
-
-        log = ns.open_log(STREAM)
-        store = SyncSubscriptionsStore(log.log.subscriptions, ns.loop_thread)
-        position = store.get_last_commit_position(SUBSCRIPTION)
+        position = ns.open_log(STREAM).subscriptions.get_last_commit_position(SUBSCRIPTION)
         print(f"subscription {SUBSCRIPTION!r} of stream {STREAM!r} committed at {position}")
         if position != last:
             problems.append(f"the subscription is at {position}, not at the last event {last}")

@@ -12,17 +12,19 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from dlog.conf.dlog import DLogConfig
-from dlog.dlsn import DLSN
+from dlog.dlsn import DLSN, NonInclusiveLowerBound
 from dlog.errors import (
     AlreadyClosedError,
     EndOfStreamError,
+    IllegalStateError,
     LogNotFoundError,
     ReadCancelledError,
     TransactionIdOutOfOrderError,
 )
 from dlog.loop_thread import default_loop_thread
-from dlog.record import LogRecord
-from dlog.sync import Namespace, SyncNamespace
+from dlog.record import LogRecord, LogRecordWithDLSN
+from dlog.sync import Namespace, SyncConsumer, SyncNamespace, SyncSubscriptionsStore
+from subscriptions.format import SEGMENT_FORMAT, ZK_FORMAT, SegmentSubscription, ZkPosition
 
 SETTINGS = {
     "ensemble-size": 3,
@@ -380,3 +382,190 @@ def test_subprocesses_open_their_own_namespace(open_ns, method: str) -> None:  #
         assert p.exitcode == 0
         message = result.get(timeout=5)
         assert message.startswith("RuntimeError") and "fork" in message
+
+
+# -- subscriptions ---------------------------------------------------------------
+
+#: ``logSegmentBasedSubscriptionsStoreEnabled`` and the format that store writes.
+STORES = [pytest.param(False, ZK_FORMAT, id="zk"), pytest.param(True, SEGMENT_FORMAT, id="segment")]
+
+
+def read_n(consumer: SyncConsumer, n: int) -> list[LogRecordWithDLSN]:
+    """Exactly ``n`` records (read_bulk returns what is read ahead so far)."""
+    got: list[LogRecordWithDLSN] = []
+    while len(got) < n:
+        batch = consumer.read_bulk(n - len(got), timeout=10)
+        assert batch, f"stalled after {len(got)} records"
+        got += batch
+    return got
+
+
+def write_records(ns: SyncNamespace, stream: str, txids: range) -> list[DLSN]:
+    """Write ``txids`` and close the writer (a completed segment: all visible)."""
+    with ns.open_log(stream).open_writer() as writer:
+        return writer.write_bulk(LogRecord(i, payload(i)) for i in txids)
+
+
+@pytest.mark.parametrize(("segment_store", "fmt"), STORES)
+def test_consumer_commits_and_resumes_after_the_last_commit(  # type: ignore[no-untyped-def]
+    open_ns, segment_store: bool, fmt: str
+) -> None:
+    ns = open_ns(logSegmentBasedSubscriptionsStoreEnabled=segment_store)
+    dlsns = write_records(ns, "subs", range(100))
+    log = ns.open_log("subs")
+    store = log.subscriptions
+    assert isinstance(store, SyncSubscriptionsStore) and store.format == fmt
+
+    with log.subscribe("billing") as consumer:
+        assert isinstance(consumer, SyncConsumer) and consumer.subscriber_id == "billing"
+        assert consumer.position is None
+        # Committing before reading: the async consumer's error, word for word.
+        with pytest.raises(IllegalStateError) as sync_error:
+            consumer.commit()
+        with pytest.raises(IllegalStateError) as async_error:
+            ns.loop_thread.run(consumer.consumer.commit())
+        assert str(sync_error.value) == str(async_error.value)
+        assert consumer.committed() == NonInclusiveLowerBound
+
+        first = consumer.read(timeout=10)
+        assert first is not None and first.txid == 0 and first.payload == payload(0)
+        got = [first, *read_n(consumer, 9)]
+        assert [r.txid for r in got] == list(range(10))
+        # position follows the records handed out, not the ones read ahead.
+        assert consumer.position == dlsns[9]
+        assert consumer.commit() == dlsns[9]
+        assert consumer.committed() == dlsns[9] == store.get_last_commit_position("billing")
+
+        for record in consumer:
+            if record.txid == 49:
+                break
+        assert consumer.commit(record) == dlsns[49]
+        assert consumer.commit(dlsns[20]) == dlsns[20]  # older: a no-op
+        assert consumer.committed() == dlsns[49]
+        info = store.describe("billing")
+        assert info.owned_here and info.format == fmt and info.position == dlsns[49]
+        # Reading on without committing does not move the committed position.
+        assert [r.txid for r in read_n(consumer, 10)] == list(range(50, 60))
+
+    # Closed: released, the position stays, every read fails like the async one.
+    with pytest.raises(IllegalStateError, match="closed"):
+        consumer.read(timeout=1)
+    assert list(consumer) == []
+    assert store.describe("billing").owned_here is False
+    assert store.get_last_commit_positions() == {"billing": dlsns[49]}
+    assert store.list_subscribers() == ["billing"]
+
+    with log.subscribe("billing") as consumer:
+        again = consumer.read(timeout=10)
+        assert again is not None and again.txid == 50  # just after the last commit
+        consumer.seek(dlsns[0])  # back to the start; nothing committed by seeking
+        assert consumer.position is None
+        assert [r.txid for r in read_n(consumer, 3)] == [0, 1, 2]
+        assert consumer.committed() == dlsns[49]
+
+        # Iteration stops at the end of stream.
+        with log.open_writer() as writer:
+            writer.write_bulk(LogRecord(i, payload(i)) for i in range(100, 120))
+            writer.mark_end_of_stream()
+        assert [r.txid for r in consumer] == list(range(3, 120))
+        with pytest.raises(EndOfStreamError):
+            consumer.read(timeout=1)
+        last = consumer.commit()
+        assert last == consumer.position and last > dlsns[-1]
+    assert store.get_last_commit_position("billing") == last
+
+
+def test_consumer_close_or_seek_from_another_thread(open_ns) -> None:  # type: ignore[no-untyped-def]
+    ns = open_ns()
+    dlsns = write_records(ns, "blocked", range(1))
+    log = ns.open_log("blocked")
+    consumer = log.subscribe("a")
+    assert consumer.read(timeout=10).txid == 0  # type: ignore[union-attr]
+    assert consumer.read(timeout=0.2) is None  # at the tail
+
+    outcome: list[object] = []
+
+    def blocked_read() -> None:
+        try:
+            outcome.append(consumer.read())  # no timeout
+        except BaseException as e:
+            outcome.append(e)
+
+    # A seek makes a read blocked in another thread go on from the new position.
+    t = threading.Thread(target=blocked_read)
+    t.start()
+    time.sleep(0.3)
+    assert t.is_alive()
+    consumer.seek(dlsns[0])
+    t.join(10)
+    assert not t.is_alive()
+    assert isinstance(outcome[0], LogRecordWithDLSN) and outcome[0].txid == 0
+    assert consumer.position == dlsns[0]
+
+    # close() ends a read blocked in another thread.
+    outcome.clear()
+    t = threading.Thread(target=blocked_read)
+    t.start()
+    time.sleep(0.3)
+    assert t.is_alive()
+    consumer.close()
+    t.join(10)
+    assert not t.is_alive() and isinstance(outcome[0], IllegalStateError)
+    with pytest.raises(IllegalStateError):
+        consumer.seek(dlsns[0])
+    consumer.close()  # again: a no-op
+
+    # Iteration in another thread stops when the consumer is closed.
+    other = log.subscribe("b")
+    seen: list[int] = []
+    t = threading.Thread(target=lambda: seen.extend(r.txid for r in other))
+    t.start()
+    time.sleep(0.5)
+    other.close()
+    t.join(10)
+    assert not t.is_alive() and seen == [0]
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(other)
+
+
+@pytest.mark.parametrize(("segment_store", "fmt"), STORES)
+def test_sync_store_acquire_release_reset(  # type: ignore[no-untyped-def]
+    open_ns, segment_store: bool, fmt: str
+) -> None:
+    ns = open_ns(logSegmentBasedSubscriptionsStoreEnabled=segment_store)
+    dlsns = write_records(ns, "admin", range(10))
+    log = ns.open_log("admin")
+    store = log.subscriptions
+
+    assert store.list_subscribers() == []
+    assert store.read_znode("ops") == (None, None)
+    assert store.acquire("ops") == NonInclusiveLowerBound  # never committed
+    store.advance_commit_position("ops", dlsns[5])
+    store.advance_commit_position("ops", dlsns[3])  # older: a no-op
+    info = store.describe("ops")
+    assert info.owned_here and info.format == fmt and info.position == dlsns[5]
+    znode, version = store.read_znode("ops")
+    assert isinstance(version, int)
+    if segment_store:
+        assert isinstance(znode, SegmentSubscription) and znode.segment_id is not None
+    else:
+        assert isinstance(znode, ZkPosition) and znode.position == dlsns[5]
+
+    # An admin reset goes backwards; the position survives release.
+    store.reset_position("ops", dlsns[2])
+    assert store.get_last_commit_position("ops") == dlsns[2]
+    store.release("ops")
+    assert store.describe("ops").owned_here is False
+    assert store.get_last_commit_positions() == {"ops": dlsns[2]}
+    assert store.read_owner("ops") is None
+
+    with log.subscribe("ops") as consumer:
+        assert consumer.read(timeout=10).txid == 3  # type: ignore[union-attr]
+
+    store.advance_commit_position("other", dlsns[0])
+    assert store.list_subscribers() == ["ops", "other"]
+    assert store.delete_subscriber("ops") is True
+    assert store.delete_subscriber("ops") is False
+    assert store.delete_all_subscribers() == ["other"]
+    assert store.list_subscribers() == []
+    store.close()

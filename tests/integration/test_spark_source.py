@@ -28,7 +28,6 @@ from dlog.dlsn import DLSN
 from dlog.record import LogRecord
 from dlog.sandbox.cluster import Sandbox
 from dlog.sync import Namespace, SyncLogManager
-from subscriptions.store import SyncSubscriptionsStore
 
 pytestmark = pytest.mark.integration
 
@@ -117,9 +116,7 @@ def wait_visible(lm: SyncLogManager, dlsn: DLSN, timeout: float = 10.0) -> None:
 
 
 def committed(ns: Namespace, stream: str, subscriber: str) -> DLSN:
-    lm = ns.open_log(stream)
-    store = SyncSubscriptionsStore(lm.log.subscriptions, ns.loop_thread)
-    return store.get_last_commit_position(subscriber)
+    return ns.open_log(stream).subscriptions.get_last_commit_position(subscriber)
 
 
 def source(spark: SparkSession, uri: str, streams: str, **options: str):  # type: ignore[no-untyped-def]
