@@ -347,6 +347,7 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
         """Keep the segment's LAC current while idle, so reads in other
         processes (which never fence) see the latest commit."""
         try:
+            await afailpoint("subscriptions.publish_lac")
             handle = st.handle
             while handle is not None and handle.last_add_confirmed > handle.lac_published:
                 await handle.write_lac()
@@ -453,6 +454,7 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
                 await old_handle.close(make_context(expect_delete_after=_now_ms()))
             except DLogError as e:
                 log.warning("subscriber %s: closing old segment %s failed: %s", sid, old_segment, e)
+        await afailpoint("subscriptions.roll.after_close")
         await self._delete_ledgers(old_segment)
         await afailpoint("subscriptions.roll.after_delete")
         log.debug(

@@ -9,7 +9,10 @@
 
 ``list`` and ``show`` are admin reads: they never fence a running consumer
 and read both znode formats (DistributedLog's base64 DLSN, and the
-log-segment store's ``Subscription``). ``reset`` takes ownership with the
+log-segment store's ``Subscription``). While a log-segment consumer is
+alive they may lag its newest commits (in flight, or acknowledged a moment
+ago); once its ZooKeeper session is gone they include every acknowledged
+commit. ``show`` says which case applies. ``reset`` takes ownership with the
 store the configuration selects (``logSegmentBasedSubscriptionsStoreEnabled``
 from ``--conf``/``--set``), which fences a running consumer, sets the
 position (backwards too) and releases it gracefully. ``migrate`` converts
@@ -129,7 +132,9 @@ def show(
     set_: list[str] | None = SetOption,
 ) -> None:
     """A subscriber's format, znode version, position and, for the
-    log-segment format, its segment's ledger: ensemble, state, last entry."""
+    log-segment format, its segment's ledger (ensemble, state, last entry)
+    and whether its owner is alive: while it is, the position may lag the
+    owner's newest commits; once it is gone, it includes every one."""
     from dlog.errors import NoSuchLedgerError, SubscriptionNotFoundError
     from subscriptions.format import SegmentSubscription
 
@@ -138,19 +143,25 @@ def show(
     async def body(ns: Namespace) -> dict[str, Any]:
         lm = await ns.open_log(stream)
         store = _admin_store(lm)
-        znode, _ = await store.read_znode(subscriber_id)
-        if znode is None:
-            raise SubscriptionNotFoundError(
-                f"stream {stream!r} has no subscriber {subscriber_id!r}"
-            )
-        info = await store.describe(subscriber_id)
-        out: dict[str, Any] = {"info": info, "path": store.znode(subscriber_id), "znode": znode}
-        if isinstance(znode, SegmentSubscription) and znode.segment_id is not None:
-            try:
-                out["ledger"] = await _ledger_summary(ns, lm, znode.segment_id)
-            except NoSuchLedgerError:
-                out["ledger"] = None
-        return out
+        while True:
+            znode, version = await store.read_znode(subscriber_id)
+            if znode is None:
+                raise SubscriptionNotFoundError(
+                    f"stream {stream!r} has no subscriber {subscriber_id!r}"
+                )
+            info = await store.describe(subscriber_id)
+            out: dict[str, Any] = {"info": info, "path": store.znode(subscriber_id)}
+            out["znode"] = znode
+            if isinstance(znode, SegmentSubscription) and znode.segment_id is not None:
+                try:
+                    out["ledger"] = await _ledger_summary(ns, lm, znode.segment_id)
+                except NoSuchLedgerError:
+                    # The owner switched segments since the read (describe
+                    # already refused a segment missing for good): again.
+                    if (await store.read_znode(subscriber_id))[1] != version:
+                        continue
+                    raise
+            return out
 
     found = run_namespace(uri, conf, set_, body)
     info: SubscriberInfo = found["info"]
@@ -165,16 +176,25 @@ def show(
     if not isinstance(znode, SegmentSubscription):
         return
     print(f"last_commit:     {znode.last_commit} (as of the last segment switch)")
+    owner = info.owner
     if znode.segment_id is None:
         print("segment ledger:  - (released gracefully: the position is last_commit)")
     else:
         print(f"segment ledger:  {znode.segment_id}")
-        ledger = found.get("ledger")
-        if ledger is None:
-            print("  (missing: deleted after a switch; the position is last_commit)")
+        for key, value in found["ledger"].items():
+            print(f"  {key + ':':<14} {value}")
+        if owner is not None:
+            who = ", ".join(f"{k} {v}" for k, v in owner.items())
+            print(f"owner:           alive ({who})")
+            print(
+                "                 the position may lag its newest commits (those in flight or"
+                " acknowledged a moment ago); it never includes a commit that is not durable"
+            )
         else:
-            for key, value in ledger.items():
-                print(f"  {key + ':':<14} {value}")
+            print(
+                "owner:           none alive (its ZooKeeper session is gone): the position"
+                " includes every acknowledged commit"
+            )
     if znode.next_segment_id is not None and znode.next_segment_id != znode.segment_id:
         print(f"next segment:    {znode.next_segment_id} (a segment switch in progress or crashed)")
     if znode.previous_segment_id is not None:
