@@ -23,6 +23,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from common import check_bookie_settings, journal_settings, parse_sets
+
 from dlog.bookie.main import install_event_loop_policy, tune_runtime
 from dlog.ledger.bookie_client import BookieClient
 from dlog.ledger.digest import CRC32C, DigestManager
@@ -259,18 +261,19 @@ def main() -> None:
         "--set", action="append", default=[], help="bookie setting key=value (repeatable)"
     )
     args = parser.parse_args()
-    install_event_loop_policy()
-    base = args.dir or Path(tempfile.mkdtemp(prefix="dlog-bench-"))
-    base.mkdir(parents=True, exist_ok=True)
-    baseline = raw_fsync_baseline(base, 2.0)
     # Journal and entry logs share one disk here: spreading entry-log
     # writeback (flushEntrylogBytes) keeps checkpoint flushes from queueing
     # journal fsyncs behind hundreds of MB of dirty pages.
     settings = {
         "dbStorage_writeCacheMaxSizeMb": 512,
         "flushEntrylogBytes": 1048576,
-        **dict(item.split("=", 1) for item in args.set),
+        **parse_sets(args.set),
     }
+    check_bookie_settings(settings, "--set")
+    install_event_loop_policy()
+    base = args.dir or Path(tempfile.mkdtemp(prefix="dlog-bench-"))
+    base.mkdir(parents=True, exist_ok=True)
+    baseline = raw_fsync_baseline(base, 2.0)
     with ZooKeeperServer(base / "zk") as zk:
         metrics_port = free_port()
         bookie = BookieProcess(
@@ -296,6 +299,8 @@ def main() -> None:
         "entry_size": ENTRY_SIZE,
         "journalSyncData": True,
         "bookie_settings": settings,
+        # Defaults included: the sandbox's bookies differ from BookKeeper's.
+        "journal_settings": journal_settings(bookie.conf),
         **result,
         "baseline": baseline,
         "ratios": {

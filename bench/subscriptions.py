@@ -1,14 +1,22 @@
-"""Subscriptions stores: commits/s, commit latency and ZooKeeper writes,
-DistributedLog's ZooKeeper store against the log-segment store.
+"""Subscriptions stores: commits/s, commit latency and ZooKeeper writes of
+the log-segment store against two ZooKeeper baselines measured in the same
+run:
+
+* ``zk``: dlog's ZooKeeper store (subscriptions/zk.py), compare-and-set
+  writes serialized per subscriber (one write in flight per subscription);
+* ``zk_pipelined``: DistributedLog's Java ZooKeeper store, unconditional
+  ``setData`` (version -1) of the base64 DLSN, every commit its own write
+  and as many in flight as the consumer issues (``PipelinedSetData``, a
+  benchmark-only class: no fencing, not a product store).
 
 Starts a real ZooKeeper and three real bookie processes (dlog.sandbox);
 subscription segments are replicated E=3 W=2 A=2 (``-e/-w/-a``). For each
 store, with 1 and with 100 subscriptions (``--subscriptions 1,100``):
 
 * every subscription is acquired first (the log-segment store creates its
-  segment and writes its znode; the ZooKeeper store's first commit creates
-  the znode, so a warm-up of ``--warmup`` seconds of load runs before
-  measuring);
+  segment and writes its znode, the pipelined baseline creates its znode;
+  the ZooKeeper store's first commit creates it, so a warm-up of
+  ``--warmup`` seconds of load runs before measuring);
 * then, for ``--seconds``, each subscription has a consumer task committing
   increasing DLSNs as fast as it can with ``--outstanding`` (K) commits in
   flight: K coroutines per subscription, each awaiting
@@ -21,10 +29,18 @@ the commit phase. Plus, per store with 1 subscription, sequential commits
 (K=1): the latency of a lone commit. For the log-segment store, the appends
 made (commits coalesce into appends) and segment switches.
 
-Prints one JSON document with the settings used (bookie and dlog); its last
-key is the ratio of the log-segment store's commits/s to the ZooKeeper
-store's, per subscription count. Targets (the subscriptions issue): at
-least 20x, and at most 1 ZooKeeper write per 10,000 commits in steady state.
+Prints one JSON document with the settings used (bookie, journal included,
+and dlog); it ends with the log-segment store's commits/s over each
+baseline's per subscription count, the targets and ``targets_met``.
+Targets (the subscriptions issue), each checked against this run's numbers:
+
+* sequential commit p50 of the log-segment store at most the ZooKeeper
+  store's;
+* with 64 commits in flight per subscription, at least 50x the ZooKeeper
+  store's commits/s for 1 subscription and 100x for 100 subscriptions;
+* 0 ZooKeeper writes per 10,000 commits in steady state (the measured
+  phases, after acquire and warm-up) for the log-segment store;
+* at least 5x the pipelined-setData baseline for 1 subscription.
 
     python bench/subscriptions.py [--seconds 5] [--outstanding 64] [--subscriptions 1,100]
 """
@@ -38,7 +54,7 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, Protocol
 
 # Run as a script, bench/ (this file's directory) is first on sys.path and
 # ``import subscriptions`` would find this file: the project root goes first.
@@ -47,9 +63,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from common import (
     BENCH_BOOKIE_SETTINGS,
     add_cluster_args,
+    check_bookie_settings,
     check_cluster_args,
     dlog_config,
     effective_settings,
+    journal_settings,
     local_cluster,
     parse_sets,
     percentiles,
@@ -60,17 +78,36 @@ from ledger_throughput import closed_loop
 from dlog.bookie.main import install_event_loop_policy, tune_runtime
 from dlog.conf.bookie import BookieConfig
 from dlog.conf.dlog import DLogConfig
-from dlog.dlsn import DLSN
+from dlog.dlsn import DLSN, NonInclusiveLowerBound
 from dlog.ledger.metadata import DigestType
 from dlog.log import LogManager
 from dlog.namespace import Namespace
 from dlog.sandbox.zookeeper import ZooKeeperServer
-from subscriptions.format import SEGMENT_FORMAT, ZK_FORMAT, encode_commit
+from dlog.zk import NodeExistsError, NoNodeError
+from subscriptions.format import (
+    SEGMENT_FORMAT,
+    ZK_FORMAT,
+    ZkPosition,
+    decode_znode,
+    encode_commit,
+    encode_zk_position,
+    validate_subscriber_id,
+)
 from subscriptions.log_segment import MAX_INFLIGHT
 from subscriptions.migrate import store_for
-from subscriptions.store import SubscriptionsStore
 
-STORES = {"zk": ZK_FORMAT, "log_segment": SEGMENT_FORMAT}
+#: What each --stores name measures: a product store's znode format, or the
+#: benchmark-only pipelined-setData baseline.
+ZK_PIPELINED = "zk-pipelined-setdata"
+STORES = {"zk": ZK_FORMAT, "zk_pipelined": ZK_PIPELINED, "log_segment": SEGMENT_FORMAT}
+#: Where each store's results go in the report.
+REPORT_KEYS = {
+    "zk": "zk_store",
+    "zk_pipelined": "zk_pipelined_setdata_baseline",
+    "log_segment": "log_segment_store",
+}
+#: The issue's throughput targets hold at this many commits in flight.
+TARGET_OUTSTANDING = 64
 _REPORTED_KEYS = (
     "bkcEnsembleSize",
     "bkcWriteQuorumSize",
@@ -83,11 +120,82 @@ _REPORTED_KEYS = (
 )
 
 
+class Store(Protocol):
+    """What the load needs of a store: the product stores and the baseline."""
+
+    async def acquire(self, subscriber_id: str) -> DLSN: ...
+
+    async def advance_commit_position(self, subscriber_id: str, dlsn: DLSN) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class PipelinedSetData:
+    """DistributedLog's Java ZooKeeper store (ZKSubscriptionStateStore) as a
+    baseline: a commit past the last one issued is an unconditional
+    ``setData`` (version -1) of the base64 DLSN, created on NoNode, with no
+    serialization, so a subscriber has as many writes in flight as commits.
+    The fastest a ZooKeeper-only store gets; it cannot fence a stale owner,
+    which is why dlog's store compares and sets instead. Benchmark only."""
+
+    def __init__(self, log_manager: LogManager) -> None:
+        self.zk = log_manager.namespace.zk
+        self.path = log_manager.store.paths(log_manager.name).subscribers
+        self.last: dict[str, DLSN] = {}
+
+    def znode(self, subscriber_id: str) -> str:
+        return f"{self.path}/{validate_subscriber_id(subscriber_id)}"
+
+    async def acquire(self, subscriber_id: str) -> DLSN:
+        """The stored position (the Java store takes no ownership). An absent
+        znode is created here, as the log-segment store's acquire writes
+        its own, so that measured commits are all plain ``setData``: started
+        all at once, 100 x 64 committers take longer than a short warm-up
+        to issue their first write."""
+        path = self.znode(subscriber_id)
+        try:
+            data, _ = await self.zk.get(path)
+        except NoNodeError:
+            position = NonInclusiveLowerBound
+            with contextlib.suppress(NodeExistsError):
+                await self.zk.create(path, b"", makepath=True)
+        else:
+            znode = decode_znode(data, path)
+            position = znode.position if isinstance(znode, ZkPosition) else znode.last_commit
+        self.last[subscriber_id] = position
+        return position
+
+    async def advance_commit_position(self, subscriber_id: str, dlsn: DLSN) -> None:
+        last = self.last.get(subscriber_id)
+        if last is not None and dlsn <= last:
+            return
+        self.last[subscriber_id] = dlsn
+        path, data = self.znode(subscriber_id), encode_zk_position(dlsn)
+        try:
+            await self.zk.set(path, data)
+        except NoNodeError:
+            # zkAsyncCreateFullPathOptimisticAndSetData: create, and if a
+            # concurrent commit created it first, set again.
+            try:
+                await self.zk.create(path, data, makepath=True)
+            except NodeExistsError:
+                await self.zk.set(path, data)
+
+    async def close(self) -> None:
+        self.last.clear()
+
+
+def make_store(log_manager: LogManager, fmt: str) -> Store:
+    if fmt == ZK_PIPELINED:
+        return PipelinedSetData(log_manager)
+    return store_for(log_manager, fmt)
+
+
 class Load:
     """K committers per subscription, each awaiting its commit before taking
     the subscription's next DLSN."""
 
-    def __init__(self, store: SubscriptionsStore, ids: list[str], outstanding: int) -> None:
+    def __init__(self, store: Store, ids: list[str], outstanding: int) -> None:
         self.store = store
         self.ids = ids
         self.outstanding = outstanding
@@ -129,7 +237,7 @@ async def zxid(zk: ZooKeeperServer) -> int:
     return await asyncio.to_thread(zk.zxid)
 
 
-def appends_of(store: SubscriptionsStore) -> tuple[int, int]:
+def appends_of(store: Store) -> tuple[int, int]:
     """(appends, segment switches) a log-segment store made so far."""
     subs = getattr(store, "_subs", None)
     if subs is None:
@@ -148,7 +256,7 @@ async def measure(
     seconds: float,
     warmup: float,
 ) -> dict[str, Any]:
-    store = store_for(lm, fmt)
+    store = make_store(lm, fmt)
     ids = [f"sub-{i:03d}" for i in range(count)]
     try:
         t0 = time.perf_counter()
@@ -243,6 +351,75 @@ async def ledger_baseline(ns: Namespace, conf: DLogConfig, seconds: float) -> di
     return result
 
 
+#: The subscriptions issue's targets; ``targets_met`` checks each one.
+TARGETS: dict[str, Any] = {
+    "sequential_commit_p50": "log-segment store at most the ZooKeeper store (same run)",
+    "outstanding_per_subscription": TARGET_OUTSTANDING,
+    "min_ratio_to_zk_store": {"1_subscriptions": 50, "100_subscriptions": 100},
+    "max_zk_writes_per_10k_commits": 0,
+    "min_ratio_to_zk_pipelined_setdata": {"1_subscriptions": 5},
+}
+
+
+def ratios(results: dict[str, Any], baseline: str, counts: list[int]) -> dict[str, float | None]:
+    """The log-segment store's commits/s over ``baseline``'s, per subscription count."""
+    out: dict[str, float | None] = {}
+    if not {baseline, "log_segment"} <= set(results):
+        return out
+    for count in counts:
+        key = f"{count}_subscriptions"
+        b = results[baseline].get(key, {}).get("commits_per_s")
+        s = results["log_segment"].get(key, {}).get("commits_per_s")
+        out[key] = round(s / b, 2) if b and s else None
+    return out
+
+
+def targets_met(results: dict[str, Any], outstanding: int) -> dict[str, Any]:
+    """Each target against this run's numbers; ``met`` is None when the run
+    did not measure it (a store or subscription count left out, or another
+    ``--outstanding`` than the targets')."""
+    seg = results.get("log_segment", {})
+    out: dict[str, Any] = {}
+
+    def p50(name: str) -> float | None:
+        row = results.get(name, {}).get("sequential_1_subscription", {})
+        return row.get("commit_latency", {}).get("p50_ms") if not row.get("errors") else None
+
+    mine, theirs = p50("log_segment"), p50("zk")
+    out["sequential_commit_p50"] = {
+        "log_segment_ms": mine,
+        "zk_store_ms": theirs,
+        "met": mine <= theirs if mine is not None and theirs is not None else None,
+    }
+    for baseline, label, wanted in (
+        ("zk", "zk_store", TARGETS["min_ratio_to_zk_store"]),
+        ("zk_pipelined", "zk_pipelined_setdata", TARGETS["min_ratio_to_zk_pipelined_setdata"]),
+    ):
+        measured = ratios(results, baseline, [int(k.split("_")[0]) for k in wanted])
+        for key, target in wanted.items():
+            r = measured.get(key) if outstanding == TARGET_OUTSTANDING else None
+            out[f"ratio_to_{label}_{key}"] = {
+                "measured": r,
+                "target": target,
+                "met": r >= target if r is not None else None,
+            }
+    writes = {
+        key: row.get("zk_writes_per_10k_commits") for key, row in seg.items() if "error" not in row
+    }
+    out["zk_writes_per_10k_commits"] = {
+        "measured": writes,
+        "target": TARGETS["max_zk_writes_per_10k_commits"],
+        "met": all(
+            w is not None and w <= TARGETS["max_zk_writes_per_10k_commits"] for w in writes.values()
+        )
+        if writes
+        else None,
+    }
+    verdicts = [v["met"] for v in out.values()]
+    out["all"] = False if False in verdicts else (None if None in verdicts else True)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -258,7 +435,9 @@ def main() -> None:
         "--subscriptions", default="1,100", help="subscription counts, comma-separated"
     )
     parser.add_argument(
-        "--stores", default="zk,log_segment", help="stores to measure: zk, log_segment"
+        "--stores",
+        default=",".join(STORES),
+        help=f"stores to measure: {', '.join(STORES)}",
     )
     add_cluster_args(parser)
     parser.add_argument("--set", action="append", default=[], help="DLogConfig key=value")
@@ -270,6 +449,7 @@ def main() -> None:
         raise SystemExit(f"--stores: choose among {', '.join(STORES)}")
     check_cluster_args(args)
     settings: dict[str, Any] = {**BENCH_BOOKIE_SETTINGS, **parse_sets(args.bookie_set)}
+    check_bookie_settings(settings, "--bookie-set")
     dlog_config("zk+hierarchical://127.0.0.1:2181/ledgers", args)  # bad --set fails early
     install_event_loop_policy()
     with local_cluster(args.bookies, settings, args.dir, "dlog-bench-subs-") as (
@@ -281,13 +461,6 @@ def main() -> None:
         uri = f"distributedlog://{zk.connect_string}/bench"
         results = asyncio.run(run(uri, conf, zk, args))
 
-    ratio: dict[str, float | None] = {}
-    if {"zk", "log_segment"} <= set(results):
-        for count in args.subscriptions:
-            key = f"{count}_subscriptions"
-            z = results["zk"][key].get("commits_per_s")
-            s = results["log_segment"][key].get("commits_per_s")
-            ratio[key] = round(s / z, 2) if z and s else None
     report = {
         "benchmark": "subscriptions",
         "bookies": args.bookies,
@@ -298,17 +471,19 @@ def main() -> None:
         "warmup_seconds": args.warmup,
         "outstanding_per_subscription": args.outstanding,
         "cpus": os.cpu_count(),
-        "zk_store": results.get("zk"),
-        "log_segment_store": results.get("log_segment"),
+        **{REPORT_KEYS[name]: results.get(name) for name in STORES},
         "ledger_baseline": results.get("ledger_baseline"),
-        "targets": {"min_ratio": 20, "max_zk_writes_per_10k_commits": 1},
         "dlog_settings": reported_dlog_settings(conf, _REPORTED_KEYS),
         "bookie_settings": {
-            "journalSyncData": bookies[0].conf.to_properties()["journalSyncData"],
-            "journalMaxGroupWaitMSec": bookies[0].conf.to_properties()["journalMaxGroupWaitMSec"],
+            **journal_settings(bookies[0].conf),
             **effective_settings(bookies[0].conf, BookieConfig()),
         },
-        "ratio_log_segment_to_zk_commits_per_s": ratio,
+        "ratio_log_segment_to_zk_commits_per_s": ratios(results, "zk", args.subscriptions),
+        "ratio_log_segment_to_zk_pipelined_setdata_commits_per_s": ratios(
+            results, "zk_pipelined", args.subscriptions
+        ),
+        "targets": TARGETS,
+        "targets_met": targets_met(results, args.outstanding),
     }
     json.dump(report, sys.stdout, indent=2)
     print()

@@ -302,7 +302,9 @@ def test_write_last_mark_replaces_in_every_dir(tmp_path: Path) -> None:
 
 
 def jconf(tmp_path: Path, **overrides: Any) -> BookieConfig:
-    values: dict[str, Any] = {"journalPreAllocSizeMB": 1}
+    # BookKeeper's grouping (the sandbox turns flush-when-empty on): tests
+    # that want it on say so.
+    values: dict[str, Any] = {"journalPreAllocSizeMB": 1, "journalFlushWhenQueueEmpty": False}
     values.update(overrides)
     return bookie_config(tmp_path, port=3181, metadata_service_uri=URI, **values)
 
