@@ -21,6 +21,7 @@ from dlog.namespace import Namespace
 from dlog.record import LogRecord
 from subscriptions.format import SegmentSubscription, ZkPosition
 from subscriptions.zk import ZKSubscriptionsStore
+from tests.crash import crash
 
 pytestmark = pytest.mark.integration
 
@@ -122,6 +123,9 @@ async def test_list_and_show_read_both_formats_without_fencing(uri: str, stream:
         assert field(out, "  last entry").startswith("1 ")  # the switch's record, then one commit
         ensemble = field(out, "  ensemble")
         assert ensemble.startswith("0: [") and ensemble.count("127.0.0.1:") == 3
+        owner = field(out, "owner")
+        assert owner.startswith("alive") and f"pid {os.getpid()}" in owner, owner
+        assert "may lag its newest commits" in out
 
         out = ok(await dlog("show", stream, "closed", uri=uri))
         assert field(out, "format") == "log-segment"
@@ -132,6 +136,14 @@ async def test_list_and_show_read_both_formats_without_fencing(uri: str, stream:
         await seg_store.advance_commit_position("live", dlsns[8])
         await zk_store.advance_commit_position("billing", dlsns[4])
         assert await seg_store.get_last_commit_position("live") == dlsns[8]
+
+        # Once the owner is gone (its session with it), show says the
+        # position includes every acknowledged commit.
+        await crash(seg_ns)
+        out = ok(await dlog("show", stream, "live", uri=uri))
+        assert field(out, "owner").startswith("none alive")
+        assert "includes every acknowledged commit" in out
+        assert field(out, "position") == str(dlsns[8])
 
         assert "no subscriber" in error_line(await dlog("show", stream, "nobody", uri=uri))
         error_line(await dlog("list", "no-such-stream", uri=uri))
