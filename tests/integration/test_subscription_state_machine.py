@@ -1,0 +1,494 @@
+"""A hypothesis state machine over the log-segment store: three store
+instances (each its own ZooKeeper session and ledger client) on real
+ZooKeeper and bookie processes commit, take over, release, crash (also in
+the middle of a segment switch or a takeover, parked at a failpoint while
+the others act) and have their sessions expire.
+
+After every step:
+
+* **one owner**: every commit acknowledged after the latest takeover won
+  was acknowledged to that takeover's instance;
+* **no regression**: a fresh instance reads a position at least every
+  acknowledged commit (once live owners have published their LAC: a read
+  may lag a live owner's last moment, see subscriptions.store), and a
+  takeover resumes at least there too;
+* **liveness**: the owner's commits succeed when no takeover is under way.
+
+Examples: ``DLOG_STATEFUL_EXAMPLES`` (default 40) of up to
+``DLOG_STATEFUL_STEPS`` (default 30) steps; the run prints which
+failpoints it parked at and how each park ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import dataclasses
+import itertools
+import os
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any, ClassVar, TypeVar
+
+import pytest
+from hypothesis import HealthCheck, assume, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from dlog import failpoints
+from dlog.conf.dlog import DLogConfig
+from dlog.dlsn import DLSN, NonInclusiveLowerBound
+from dlog.errors import DLogError, SubscriptionFencedError
+from dlog.loop_thread import LoopThread
+from dlog.namespace import Namespace
+from subscriptions.log_segment import LogSegmentSubscriptionsStore
+from tests.crash import crash, expire_session
+
+T = TypeVar("T")
+SID = "s"
+SLOTS = 3
+MAX_ENTRIES = 4  # a roll every few commits
+
+ROLL_POINTS = [
+    "subscriptions.roll.after_intent",
+    "subscriptions.roll.after_new_segment",
+    "subscriptions.roll.after_switch",
+    "subscriptions.roll.after_close",
+    "subscriptions.roll.after_delete",
+]
+#: A takeover goes through the switch's steps 1-3 after winning the znode.
+TAKEOVER_POINTS = [
+    "subscriptions.takeover.before_claim",
+    "subscriptions.takeover.after_claim",
+    "subscriptions.roll.after_new_segment",
+    "subscriptions.roll.after_switch",
+    "subscriptions.roll.after_delete",
+]
+WON_BY = {p for p in TAKEOVER_POINTS if p != "subscriptions.takeover.before_claim"}
+
+#: (kind, point, ending) -> times: what the run explored.
+COVERAGE: collections.Counter[tuple[str, str, str]] = collections.Counter()
+_streams = itertools.count()
+
+
+@dataclasses.dataclass
+class Instance:
+    slot: int
+    ns: Namespace
+    store: LogSegmentSubscriptionsStore
+    #: Believes it owns the subscription (acquired, not released).
+    acquired: bool = False
+    #: Parked at a failpoint: (kind, point, gate).
+    parked: tuple[str, str, failpoints.Gate] | None = None
+    #: A takeover running in the background (parked).
+    takeover: concurrent.futures.Future[DLSN] | None = None
+    #: When that takeover won the znode, if it is parked after winning.
+    won_at: int | None = None
+
+
+class Cluster:
+    uri: str
+    ledgers_uri: str
+    loop: LoopThread
+
+
+class SubscriptionMachine(RuleBasedStateMachine):
+    cluster: ClassVar[Cluster]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stream = f"sm-{os.getpid()}-{next(_streams)}"
+        self.clock = itertools.count()
+        self.instances = [self._open(slot) for slot in range(SLOTS)]
+        self.reader = self.run(self._store(self._namespace()))
+        self.acks: list[tuple[int, DLSN, int]] = []  # (slot, commit, stamp)
+        self.sent: set[DLSN] = set()
+        self.next_entry = 0
+        self.owner: int | None = None
+        #: When the latest takeover won (or the owner released): only the
+        #: owner may have a commit acknowledged after it.
+        self.won_at = -1
+
+    # ------------------------------------------------------------------
+    # plumbing
+    # ------------------------------------------------------------------
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
+        return self.cluster.loop.run(asyncio.wait_for(coro, timeout))
+
+    def _namespace(self) -> Namespace:
+        conf = DLogConfig.load(
+            overrides={
+                "bkc.metadataServiceUri": self.cluster.ledgers_uri,
+                "ensemble-size": 3,
+                "write-quorum-size": 2,
+                "ack-quorum-size": 2,
+                "zkSessionTimeoutSeconds": 4,
+                "logSegmentBasedSubscriptionsStoreEnabled": True,
+                "subscriptionSegmentMaxEntries": MAX_ENTRIES,
+                "createStreamIfNotExists": True,
+            }
+        )
+        return self.run(Namespace.open(self.cluster.uri, conf))
+
+    async def _store(self, ns: Namespace) -> LogSegmentSubscriptionsStore:
+        store = (await ns.open_log(self.stream)).subscriptions
+        assert isinstance(store, LogSegmentSubscriptionsStore)
+        return store
+
+    def _open(self, slot: int) -> Instance:
+        ns = self._namespace()
+        return Instance(slot, ns, self.run(self._store(ns)))
+
+    def _next_commits(self, n: int) -> list[DLSN]:
+        out = []
+        for _ in range(n):
+            self.next_entry += 1
+            out.append(DLSN(1, self.next_entry, 0))
+        self.sent.update(out)
+        return out
+
+    def _max_acked(self, before: int | None = None) -> DLSN:
+        acked = [d for _, d, stamp in self.acks if before is None or stamp < before]
+        return max(acked, default=NonInclusiveLowerBound)
+
+    async def _commit(self, inst: Instance, dlsn: DLSN) -> int | DLogError:
+        """Commit; the stamp of its acknowledgment, or the error."""
+        try:
+            await inst.store.advance_commit_position(SID, dlsn)
+        except DLogError as e:
+            return e
+        return next(self.clock)
+
+    def _record(self, inst: Instance, dlsns: list[DLSN], outcomes: list[int | DLogError]) -> None:
+        for dlsn, outcome in zip(dlsns, outcomes, strict=True):
+            if isinstance(outcome, int):
+                self.acks.append((inst.slot, dlsn, outcome))
+                if outcome > self.won_at:
+                    assert inst.slot == self.owner, (
+                        f"slot {inst.slot} had {dlsn} acknowledged after slot {self.owner}'s "
+                        f"takeover won: two owners"
+                    )
+            else:
+                event(f"commit failed: {type(outcome).__name__}")
+
+    def _takeover_done(self, inst: Instance, position: DLSN, won_at: int) -> None:
+        assert position >= self._max_acked(before=won_at), (
+            f"slot {inst.slot} resumed at {position}, below an acknowledged commit "
+            f"{self._max_acked(before=won_at)}"
+        )
+        assert position == NonInclusiveLowerBound or position in self.sent, position
+        if won_at > self.won_at:
+            self.owner, self.won_at = inst.slot, won_at
+        inst.acquired = True
+
+    def _takeover_pending(self) -> bool:
+        return any(i.takeover is not None for i in self.instances)
+
+    def _owning_state(self, inst: Instance) -> bool:
+        st_ = inst.store._subs.get(SID)
+        return st_ is not None and st_.error is None
+
+    async def _settle(self) -> None:
+        """Wait until live owners have published their LAC."""
+        for inst in self.instances:
+            st_ = inst.store._subs.get(SID)
+            if st_ is None or st_.error is not None:
+                continue
+            for _ in range(500):
+                task = st_.lac_task
+                if not st_.inflight and task is None:
+                    break
+                if task is not None:
+                    await asyncio.wait([task], timeout=5)
+                else:
+                    await asyncio.sleep(0.005)
+
+    async def _arm(self, point: str) -> failpoints.Gate:
+        return failpoints.arm(point)
+
+    async def _reached(
+        self, gate: failpoints.Gate, gave_up: Callable[[], bool], timeout: float = 30.0
+    ) -> bool:
+        """Whether the gate parked someone, before ``gave_up()`` (the switch
+        or takeover ended without getting there)."""
+        for _ in range(int(timeout / 0.005)):
+            if gate.reached:
+                return True
+            if gave_up():
+                break
+            await asyncio.sleep(0.005)
+        gate.release()  # never reached: disarm it
+        return False
+
+    # ------------------------------------------------------------------
+    # rules
+    # ------------------------------------------------------------------
+    slots = st.integers(0, SLOTS - 1)
+
+    def _eligible(self, **want: bool) -> list[Instance]:
+        out = []
+        for inst in self.instances:
+            facts = {
+                "acquired": inst.acquired,
+                "parked": inst.parked is not None,
+                "taking_over": inst.takeover is not None,
+                "owning": self._owning_state(inst),
+            }
+            if all(facts[k] == v for k, v in want.items()):
+                out.append(inst)
+        return out
+
+    @precondition(lambda self: self._eligible(acquired=True, parked=False))
+    @rule(data=st.data(), n=st.integers(1, 6), concurrent=st.booleans())
+    def commit(self, data: st.DataObject, n: int, concurrent: bool) -> None:
+        inst = data.draw(st.sampled_from(self._eligible(acquired=True, parked=False)))
+        slot = inst.slot
+        dlsns = self._next_commits(n)
+        liveness = slot == self.owner and not self._takeover_pending()
+
+        async def go() -> list[int | DLogError]:
+            if concurrent:
+                return list(await asyncio.gather(*(self._commit(inst, d) for d in dlsns)))
+            out: list[int | DLogError] = []
+            for d in dlsns:
+                out.append(await self._commit(inst, d))
+            return out
+
+        outcomes = self.run(go())
+        self._record(inst, dlsns, outcomes)
+        if liveness:
+            errors = [o for o in outcomes if not isinstance(o, int)]
+            assert not errors, f"the owner's commits failed with no takeover under way: {errors}"
+
+    @precondition(lambda self: self._eligible(parked=False, taking_over=False))
+    @rule(data=st.data())
+    def acquire(self, data: st.DataObject) -> None:
+        inst = data.draw(st.sampled_from(self._eligible(parked=False, taking_over=False)))
+        cached = self._owning_state(inst)  # then acquire only returns it
+        try:
+            position = self.run(inst.store.acquire(SID))
+        except SubscriptionFencedError as e:
+            event(f"acquire failed: {e}")
+            return
+        if cached:
+            event("acquire: already owning (no takeover)")
+            return
+        self._takeover_done(inst, position, next(self.clock))
+
+    @precondition(
+        lambda self: (
+            self._eligible(acquired=True, parked=False)
+            and self._eligible(parked=False, taking_over=False, owning=False)
+        )
+    )
+    @rule(data=st.data(), n=st.integers(1, 8))
+    def commit_during_takeover(self, data: st.DataObject, n: int) -> None:
+        """Commits in flight on one instance while another takes over."""
+        a = data.draw(st.sampled_from(self._eligible(acquired=True, parked=False)))
+        takers = [b for b in self._eligible(parked=False, taking_over=False, owning=False)]
+        takers = [b for b in takers if b is not a]
+        assume(takers)
+        b = data.draw(st.sampled_from(takers))
+        dlsns = self._next_commits(n)
+
+        async def go() -> tuple[list[int | DLogError], DLSN | DLogError, int]:
+            commits = asyncio.gather(*(self._commit(a, d) for d in dlsns))
+            try:
+                position: DLSN | DLogError = await b.store.acquire(SID)
+            except SubscriptionFencedError as e:
+                position = e
+            stamp = next(self.clock)
+            return list(await commits), position, stamp
+
+        outcomes, position, stamp = self.run(go())
+        if isinstance(position, DLSN):
+            # Acks that completed before the takeover returned are checked
+            # against its position; later ones must not be the old owner's.
+            self._takeover_done(b, position, stamp)
+        self._record(a, dlsns, outcomes)
+
+    @precondition(lambda self: self._eligible(acquired=True, parked=False))
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        inst = data.draw(st.sampled_from(self._eligible(acquired=True, parked=False)))
+        slot = inst.slot
+        self.run(inst.store.release(SID))
+        inst.acquired = False
+        if slot == self.owner:
+            self.owner, self.won_at = None, next(self.clock)
+
+    @rule(slot=slots, expire=st.booleans())
+    def fault(self, slot: int, expire: bool) -> None:
+        """kill -9 an instance (a fresh one takes its slot), or expire its
+        ZooKeeper session (it lives on). One rule, so faults stay a minority
+        of the steps."""
+        inst = self.instances[slot]
+        if expire:
+            self.run(expire_session(inst.ns.zk))
+            return
+        if inst.takeover is not None:
+            inst.takeover.cancel()
+        if inst.parked is not None:
+            COVERAGE[(inst.parked[0], inst.parked[1], "crash")] += 1
+            event(f"crash parked at {inst.parked[1]}")
+        self.run(crash(inst.ns))
+        self.instances[slot] = self._open(slot)
+
+    def _parked_points(self) -> set[str]:
+        return {i.parked[1] for i in self.instances if i.parked is not None}
+
+    @precondition(
+        lambda self: (
+            len(self._parked_points()) < 2
+            and self._eligible(parked=False, owning=True, taking_over=False)
+        )
+    )
+    @rule(data=st.data(), point=st.sampled_from(ROLL_POINTS))
+    def park_a_roll(self, data: st.DataObject, point: str) -> None:
+        """Commit until a roll starts, parking it at ``point``."""
+        inst = data.draw(
+            st.sampled_from(self._eligible(parked=False, owning=True, taking_over=False))
+        )
+        assume(point not in self._parked_points())
+        gate = self.run(self._arm(point))
+        st_ = inst.store._subs[SID]
+        dlsns: list[DLSN] = []
+        outcomes: list[int | DLogError] = []
+        for _ in range(MAX_ENTRIES + 1):
+            [dlsn] = self._next_commits(1)
+            dlsns.append(dlsn)
+            outcomes.append(self.run(self._commit(inst, dlsn)))
+            if st_.switching is not None or not isinstance(outcomes[-1], int):
+                break  # committing now would wait for the parked switch
+        self._record(inst, dlsns, outcomes)
+        switching = st_.switching
+        if self.run(self._reached(gate, lambda: switching is None or switching.done())):
+            inst.parked = ("roll", point, gate)
+            event(f"parked a roll at {point}")
+
+    @precondition(
+        lambda self: (
+            len(self._parked_points()) < 2
+            and self._eligible(parked=False, owning=False, taking_over=False)
+        )
+    )
+    @rule(data=st.data(), point=st.sampled_from(TAKEOVER_POINTS))
+    def park_a_takeover(self, data: st.DataObject, point: str) -> None:
+        inst = data.draw(
+            st.sampled_from(self._eligible(parked=False, owning=False, taking_over=False))
+        )
+        slot = inst.slot
+        assume(point not in self._parked_points())
+        gate = self.run(self._arm(point))
+        takeover = asyncio.run_coroutine_threadsafe(inst.store.acquire(SID), self.cluster.loop.loop)
+        if not self.run(self._reached(gate, takeover.done)):
+            # It did not get there (an empty subscription has no old
+            # segment to delete...): an ordinary takeover then.
+            self._finish_takeover(inst, takeover, next(self.clock))
+            return
+        inst.parked, inst.takeover = ("takeover", point, gate), takeover
+        if point in WON_BY:
+            # The znode is this instance's now, though acquire has not returned.
+            inst.won_at = self.won_at = next(self.clock)
+            self.owner = slot
+        event(f"parked a takeover at {point}")
+
+    def _finish_takeover(
+        self, inst: Instance, takeover: concurrent.futures.Future[DLSN], won_at: int | None
+    ) -> None:
+        try:
+            position = takeover.result(60)
+        except SubscriptionFencedError as e:
+            event(f"parked takeover failed: {e}")
+            return
+        self._takeover_done(inst, position, won_at if won_at is not None else next(self.clock))
+
+    @precondition(lambda self: any(i.parked for i in self.instances))
+    @rule(data=st.data())
+    def resume(self, data: st.DataObject) -> None:
+        self._resume(data.draw(st.sampled_from([i for i in self.instances if i.parked])))
+
+    def _resume(self, inst: Instance) -> None:
+        kind, point, gate = inst.parked  # type: ignore[misc]
+        inst.parked = None
+        self.cluster.loop.loop.call_soon_threadsafe(gate.release)
+        if inst.takeover is not None:
+            takeover, inst.takeover = inst.takeover, None
+            won_at, inst.won_at = inst.won_at, None
+            self._finish_takeover(inst, takeover, won_at)
+            COVERAGE[(kind, point, "resumed")] += 1
+            return
+        st_ = inst.store._subs.get(SID)
+        if st_ is not None and st_.switching is not None:
+            self.run(asyncio.wait([st_.switching], timeout=30))
+        ok = st_ is not None and st_.error is None
+        COVERAGE[(kind, point, "resumed" if ok else "resumed, then fenced")] += 1
+
+    # ------------------------------------------------------------------
+    # invariants
+    # ------------------------------------------------------------------
+    @invariant()
+    def a_fresh_read_is_at_least_every_acknowledged_commit(self) -> None:
+        self.run(self._settle())
+        position = self.run(self.reader.get_last_commit_position(SID))
+        assert position >= self._max_acked(), (
+            f"a fresh read returned {position}, below the acknowledged {self._max_acked()}"
+        )
+        assert position == NonInclusiveLowerBound or position in self.sent, position
+
+    def teardown(self) -> None:
+        try:
+            # Let every parked switch and takeover finish: they must end
+            # without breaking anything either.
+            for inst in self.instances:
+                if inst.parked is not None:
+                    self._resume(inst)
+            self.a_fresh_read_is_at_least_every_acknowledged_commit()
+        finally:
+            for inst in self.instances:
+                if inst.takeover is not None:
+                    inst.takeover.cancel()
+                self.run(crash(inst.ns))
+        self.run(self.reader.log.namespace.close())
+        self.run(failpoints_off())
+
+
+async def failpoints_off() -> None:
+    failpoints.configure("")
+
+
+def test_log_segment_store_state_machine(bookie_cluster, zk_server, zk_root, ledgers_uri) -> None:
+    bookie_cluster(3)
+    cluster = Cluster()
+    cluster.uri = f"distributedlog://{zk_server.connect_string}{zk_root}/ns"
+    cluster.ledgers_uri = ledgers_uri
+    cluster.loop = LoopThread("state-machine")
+    SubscriptionMachine.cluster = cluster
+    COVERAGE.clear()
+    try:
+        run_state_machine_as_test(
+            SubscriptionMachine,
+            settings=settings(
+                max_examples=int(os.environ.get("DLOG_STATEFUL_EXAMPLES", "40")),
+                stateful_step_count=int(os.environ.get("DLOG_STATEFUL_STEPS", "30")),
+                deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+            ),
+        )
+    finally:
+        cluster.loop.stop()
+    report = "\n".join(f"  {k} {p}: {e} x{n}" for (k, p, e), n in sorted(COVERAGE.items()))
+    print(f"state machine parked at:\n{report}", file=sys.stderr)
+    # The machine must have reached the switch steps, in many combinations.
+    parked_points = {(k, p) for k, p, _ in COVERAGE}
+    assert len(parked_points) >= 6, f"too few failpoints explored:\n{report}"
+
+
+pytestmark = pytest.mark.timeout(900)
