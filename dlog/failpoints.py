@@ -23,6 +23,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -74,8 +75,9 @@ def failpoint(name: str) -> None:
 class Gate:
     """A one-shot pause point armed by a test (see :func:`arm`)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, only: Callable[[], bool] | None = None) -> None:
         self.name = name
+        self.only = only
         self._reached = asyncio.Event()
         self._released = asyncio.Event()
         self._error: BaseException | None = None
@@ -109,16 +111,19 @@ class Gate:
 _GATES: dict[str, Gate] = {}
 
 
-def arm(name: str) -> Gate:
-    """Park the next coroutine that reaches ``afailpoint(name)``."""
-    gate = _GATES[name] = Gate(name)
+def arm(name: str, only: Callable[[], bool] | None = None) -> Gate:
+    """Park the next coroutine that reaches ``afailpoint(name)`` (and for
+    which ``only()`` is true: say, a context variable naming the owner the
+    test means, which tasks it starts inherit)."""
+    gate = _GATES[name] = Gate(name, only)
     return gate
 
 
 async def afailpoint(name: str) -> None:
     """:func:`failpoint` for coroutines, where an armed :class:`Gate` parks."""
-    gate = _GATES.pop(name, None)
-    if gate is not None:
+    gate = _GATES.get(name)
+    if gate is not None and (gate.only is None or gate.only()):
+        del _GATES[name]
         await gate._park()
         return
     failpoint(name)

@@ -166,7 +166,10 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
         return st.durable, st.version
 
     def _lost(self, subscriber_id: str) -> None:
-        st = self._subs.pop(subscriber_id, None)
+        # The failed state stays: commits keep failing until the caller
+        # acquires again. Dropping it would make the next commit take the
+        # subscription back silently, fencing its rightful owner.
+        st = self._subs.get(subscriber_id)
         if st is not None:
             self._fail(st, self._fenced(subscriber_id))
 
@@ -234,7 +237,8 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
         await self._delete_ledgers(found.leftover)
         st = _Owned(subscriber_id, intent, version, start)
         await self._switch_to(st, new_id, TAKEOVER)
-        await self._register_owner(subscriber_id)
+        if not await self._register_owner(subscriber_id, st.version):
+            raise self._fenced(subscriber_id)  # taken over again meanwhile
         log.info(
             "stream %s: owning subscriber %s at %s (segment %s)",
             self.stream,
@@ -251,9 +255,19 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
             self._session_lost = True
         elif state == "CONNECTED" and self._session_lost and not self.closed:
             self._session_lost = False
-            for sid, st in list(self._subs.items()):
+            for st in list(self._subs.values()):
                 if st.error is None:
-                    self._spawn(self._register_owner(sid))
+                    self._spawn(self._reregister(st))
+
+    async def _reregister(self, st: _Owned) -> None:
+        """After a new session: register again, or learn we were fenced."""
+        while st.error is None and self._subs.get(st.subscriber_id) is st:
+            version = st.version
+            if await self._register_owner(st.subscriber_id, version):
+                return
+            if st.version == version:  # not our own switch moving it on
+                self._lost(st.subscriber_id)
+                return
 
     # ------------------------------------------------------------------
     # commits

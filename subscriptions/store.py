@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from dlog.dlsn import DLSN, NonInclusiveLowerBound
 from dlog.errors import NoSuchLedgerError, SubscriptionCorruptedError, SubscriptionFencedError
-from dlog.zk import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, first_error
+from dlog.zk import BadVersionError, NoNodeError, NotEmptyError, first_error
 from subscriptions.format import (
     SEGMENT_FORMAT,
     ZK_FORMAT,
@@ -398,10 +398,13 @@ class SubscriptionsStore(abc.ABC):
     # ------------------------------------------------------------------
     # the owner's registration (log-segment store)
     # ------------------------------------------------------------------
-    async def _register_owner(self, subscriber_id: str) -> None:
-        """Create this session's ephemeral ``owner`` child, replacing an
-        earlier owner's (that owner is fenced already)."""
-        path = self.owner_znode(subscriber_id)
+    async def _register_owner(self, subscriber_id: str, version: int) -> bool:
+        """Make this session's ephemeral ``owner`` child the subscription's,
+        replacing an earlier owner's, in one transaction that also checks the
+        subscriber znode is still at ``version`` (the one this owner wrote).
+        False when it is not: someone took over since, and a fenced owner
+        must never pass for the live one (readers would trust its LAC)."""
+        znode, path = self.znode(subscriber_id), self.owner_znode(subscriber_id)
         session = self.zk.session_id
         data = json.dumps(
             {
@@ -411,16 +414,23 @@ class SubscriptionsStore(abc.ABC):
             }
         ).encode()
         for _ in range(ATTEMPTS):
-            try:
-                await self.zk.create(path, data, ephemeral=True)
-                return
-            except NodeExistsError:
-                try:
-                    await self.zk.delete(path)
-                except NoNodeError:
-                    pass
-            except NoNodeError:
-                return  # the subscriber was deleted: the next commit finds out
+            stat = await self.zk.exists(path)
+            ops: list[tuple[str, tuple[object, ...], dict[str, object]]] = [
+                ("check", (znode, version), {})
+            ]
+            if stat is not None and stat.ephemeralOwner == session:
+                ops.append(("check", (path, stat.version), {}))  # ours already
+            else:
+                if stat is not None:
+                    ops.append(("delete", (path,), {"version": stat.version}))
+                ops.append(("create", (path, data), {"ephemeral": True}))
+            results = await self.zk.transaction(ops)
+            if first_error(results) is None:
+                return True
+            if isinstance(results[0], (BadVersionError, NoNodeError)):
+                return False  # the znode moved on (or is gone): not ours
+            # The owner child changed between the read and the transaction.
+        return False
 
     async def _unregister_owner(self, subscriber_id: str) -> None:
         """Delete the ``owner`` child if this session created it."""

@@ -21,7 +21,7 @@ from dlog.ledger.metadata import CloseReason
 from dlog.namespace import Namespace
 from subscriptions.format import SegmentSubscription
 from subscriptions.log_segment import LogSegmentSubscriptionsStore
-from tests.crash import crash
+from tests.crash import crash, expire_session
 
 
 @pytest.fixture
@@ -281,3 +281,47 @@ async def test_each_roll_reason(open_ns, settings: dict[str, int], reason: Close
         assert store._subs["s"].znode.last_commit <= d(100 + expected)
     reader = await store_of(await open_ns(), "rolls")
     assert await reader.get_last_commit_position("s") == store._subs["s"].durable
+
+
+async def test_an_owner_whose_session_expires_registers_again(open_ns) -> None:
+    ns = await open_ns()
+    owner = await store_of(ns, "expiry")
+    await owner.advance_commit_position("s", d(1))
+    before = await owner.read_owner("s")
+    await expire_session(ns.zk)
+    for _ in range(100):  # the store registers again in the background
+        after = await owner.read_owner("s")
+        if after is not None and after != before:
+            break
+        await asyncio.sleep(0.05)
+    assert after is not None and after["session"] == f"{ns.zk.session_id:#x}"
+    await owner.advance_commit_position("s", d(2))  # still the owner
+
+
+async def test_a_fenced_owner_never_passes_for_the_live_one(open_ns) -> None:
+    """A zombie (taken over, not knowing it yet) whose session expires must
+    not register as the owner again: readers would trust the wrong LAC. Its
+    commits fail from then on, and it does not take the subscription back."""
+    zombie_ns = await open_ns()
+    zombie = await store_of(zombie_ns, "zombie")
+    await zombie.advance_commit_position("s", d(1))
+    owner_ns = await open_ns()
+    owner = await store_of(owner_ns, "zombie")
+    assert await owner.acquire("s") == d(1)
+    await expire_session(zombie_ns.zk)
+    for _ in range(100):  # it finds out while trying to register again
+        if zombie._subs["s"].error is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert isinstance(zombie._subs["s"].error, SubscriptionFencedError)
+    assert (await owner.read_owner("s"))["session"] == f"{owner_ns.zk.session_id:#x}"
+    for _ in range(2):  # and it stays fenced: no silent takeover
+        with pytest.raises(SubscriptionFencedError):
+            await zombie.advance_commit_position("s", d(5))
+    await owner.advance_commit_position("s", d(2))
+    publishing = failpoints.arm("subscriptions.publish_lac")
+    await owner.advance_commit_position("s", d(3))
+    await publishing.wait_reached()
+    await crash(owner_ns)
+    reader = await store_of(await open_ns(), "zombie")
+    assert await reader.get_last_commit_position("s") == d(3)

@@ -29,11 +29,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextvars
 import dataclasses
 import functools
 import itertools
 import os
 import sys
+import traceback
 from collections.abc import Callable, Coroutine
 from typing import Any, ClassVar, TypeVar
 
@@ -84,6 +86,9 @@ WON_BY = {p for p in TAKEOVER_POINTS if p != "subscriptions.takeover.before_clai
 
 #: (kind, point, ending) -> times: what the run explored.
 COVERAGE: collections.Counter[tuple[str, str, str]] = collections.Counter()
+#: Which instance the running coroutine acts for (tasks inherit it), so a
+#: failpoint gate stops only the instance a rule means.
+ACTOR: contextvars.ContextVar[int | None] = contextvars.ContextVar("actor", default=None)
 #: The first violation found, with the steps of its example.
 VIOLATIONS: list[str] = []
 _streams = itertools.count()
@@ -121,7 +126,10 @@ def step(fn: F) -> F:
         except (AssertionError, TimeoutError, DLogError) as e:
             if not VIOLATIONS:
                 steps = "\n".join(f"  {i}. {s}" for i, s in enumerate(self.log, 1))
-                VIOLATIONS.append(f"{type(e).__name__}: {e}\nafter these steps:\n{steps}")
+                where = "".join(traceback.format_exception(e)[-6:])
+                VIOLATIONS.append(
+                    f"{type(e).__name__}: {e}\nafter these steps:\n{steps}\n\nraised at:\n{where}"
+                )
             raise
 
     return wrapper  # type: ignore[return-value]
@@ -144,6 +152,9 @@ class SubscriptionMachine(RuleBasedStateMachine):
         #: When the latest takeover won (or the owner released): only the
         #: owner may have a commit acknowledged after it.
         self.won_at = -1
+        #: Another instance started a takeover since the owner won: it may
+        #: have fenced the owner, even if it then crashed or lost.
+        self.contested = False
 
     # ------------------------------------------------------------------
     # plumbing
@@ -190,6 +201,7 @@ class SubscriptionMachine(RuleBasedStateMachine):
     async def _commit(self, inst: Instance, dlsn: DLSN) -> int | DLogError:
         """Commit; the stamp of its acknowledgment, or the error."""
         try:
+            ACTOR.set(inst.slot)
             await inst.store.advance_commit_position(SID, dlsn)
         except DLogError as e:
             return e
@@ -221,10 +233,10 @@ class SubscriptionMachine(RuleBasedStateMachine):
         assert position == NonInclusiveLowerBound or position in self.sent, position
         if won_at >= self.won_at:
             self.owner, self.won_at = inst.slot, won_at
+            # Uncontested, unless another takeover is still under way (it
+            # may have fenced this one's segment already).
+            self.contested = any(i.takeover is not None for i in self.instances if i is not inst)
         inst.acquired = True
-
-    def _takeover_pending(self) -> bool:
-        return any(i.takeover is not None for i in self.instances)
 
     def _owning_state(self, inst: Instance) -> bool:
         st_ = inst.store._subs.get(SID)
@@ -261,8 +273,15 @@ class SubscriptionMachine(RuleBasedStateMachine):
                 else:
                     await asyncio.sleep(0.005)
 
-    async def _arm(self, point: str) -> failpoints.Gate:
-        return failpoints.arm(point)
+    async def _arm(self, point: str, inst: Instance) -> failpoints.Gate:
+        """A gate only ``inst``'s coroutines (and the tasks they start) stop at."""
+        slot = inst.slot
+        return failpoints.arm(point, only=lambda: ACTOR.get() == slot)
+
+    async def _as(self, inst: Instance, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` as ``inst`` (its tasks inherit the tag)."""
+        ACTOR.set(inst.slot)
+        return await coro
 
     async def _reached(
         self, gate: failpoints.Gate, gave_up: Callable[[], bool], timeout: float = 30.0
@@ -283,16 +302,16 @@ class SubscriptionMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------------
     def _park_roll(self, inst: Instance, point: str) -> bool:
         """Commit until a roll starts, parking it at ``point``."""
-        gate = self.run(self._arm(point))
+        gate = self.run(self._arm(point, inst))
         st_ = inst.store._subs[SID]
         dlsns: list[DLSN] = []
         outcomes: list[int | DLogError] = []
         for _ in range(MAX_ENTRIES + 1):
+            if st_.switching is not None or st_.error is not None:
+                break  # a roll is on (committing now would wait for it to park)
             [dlsn] = self._next_commits(1)
             dlsns.append(dlsn)
             outcomes.append(self.run(self._commit(inst, dlsn)))
-            if st_.switching is not None or not isinstance(outcomes[-1], int):
-                break  # committing now would wait for the parked switch
         self._record(inst, dlsns, outcomes)
         switching = st_.switching
         if not self.run(self._reached(gate, lambda: switching is None or switching.done())):
@@ -302,8 +321,11 @@ class SubscriptionMachine(RuleBasedStateMachine):
         return True
 
     def _park_takeover(self, inst: Instance, point: str) -> bool:
-        gate = self.run(self._arm(point))
-        takeover = asyncio.run_coroutine_threadsafe(inst.store.acquire(SID), self.cluster.loop.loop)
+        self.contested = True
+        gate = self.run(self._arm(point, inst))
+        takeover = asyncio.run_coroutine_threadsafe(
+            self._as(inst, inst.store.acquire(SID)), self.cluster.loop.loop
+        )
         if not self.run(self._reached(gate, takeover.done)):
             # It did not get there (an empty subscription has no old
             # segment to delete...): an ordinary takeover then.
@@ -357,7 +379,7 @@ class SubscriptionMachine(RuleBasedStateMachine):
         inst = data.draw(st.sampled_from(self._eligible(acquired=True, parked=False)))
         dlsns = self._next_commits(n)
         self.log.append(f"   slot {inst.slot} commits {dlsns[0]}..{dlsns[-1]}")
-        liveness = inst.slot == self.owner and not self._takeover_pending()
+        liveness = inst.slot == self.owner and not self.contested
 
         async def go() -> list[int | DLogError]:
             if concurrent:
@@ -379,9 +401,10 @@ class SubscriptionMachine(RuleBasedStateMachine):
     def acquire(self, data: st.DataObject) -> None:
         inst = data.draw(st.sampled_from(self._eligible(parked=False, taking_over=False)))
         cached = self._owning_state(inst)  # then acquire only returns it
+        self.contested = self.contested or not cached
         self.log.append(f"   slot {inst.slot}{' (cached)' if cached else ''}")
         try:
-            position = self.run(inst.store.acquire(SID))
+            position = self.run(self._as(inst, inst.store.acquire(SID)))
         except SubscriptionFencedError as e:
             event(f"acquire failed: {e}")
             return
@@ -411,7 +434,7 @@ class SubscriptionMachine(RuleBasedStateMachine):
         async def go() -> tuple[list[int | DLogError], DLSN | DLogError, int]:
             commits = asyncio.gather(*(self._commit(a, d) for d in dlsns))
             try:
-                position: DLSN | DLogError = await b.store.acquire(SID)
+                position: DLSN | DLogError = await self._as(b, b.store.acquire(SID))
             except SubscriptionFencedError as e:
                 position = e
             stamp = next(self.clock)
@@ -430,10 +453,30 @@ class SubscriptionMachine(RuleBasedStateMachine):
     def release(self, data: st.DataObject) -> None:
         inst = data.draw(st.sampled_from(self._eligible(acquired=True, parked=False)))
         self.log.append(f"   slot {inst.slot}")
-        self.run(inst.store.release(SID))
+        self.run(self._as(inst, inst.store.release(SID)))
         inst.acquired = False
         if inst.slot == self.owner:
             self.owner, self.won_at = None, next(self.clock)
+
+    @precondition(lambda self: self._eligible(acquired=True, parked=False))
+    @rule(data=st.data(), n=st.integers(1, 3))
+    @step
+    def commit_then_crash(self, data: st.DataObject, n: int) -> None:
+        """kill -9 right after acknowledgments, before the owner can publish
+        the LAC that covers them: a read must still find them."""
+        inst = data.draw(st.sampled_from(self._eligible(acquired=True, parked=False)))
+        dlsns = self._next_commits(n)
+        self.log.append(f"   slot {inst.slot} commits {dlsns[0]}..{dlsns[-1]}, then dies")
+
+        async def go() -> list[int | DLogError]:
+            out = [await self._commit(inst, d) for d in dlsns]
+            await crash(inst.ns)  # before yielding: the LAC task never runs
+            return out
+
+        if inst.takeover is not None:
+            inst.takeover.cancel()
+        self._record(inst, dlsns, self.run(go()))
+        self.instances[inst.slot] = self._open(inst.slot)
 
     @rule(slot=slots, expire=st.booleans())
     @step
