@@ -53,6 +53,8 @@ def configure(spec: str) -> None:
     _ACTIVE.clear()
     _ACTIVE.update(_parse(spec))
     _GATES.clear()
+    for gate in list(_PARKED):  # a test that failed half way must not hang its teardown
+        gate.release(FailpointError(f"failpoint {gate.name}: released by a reset"))
 
 
 def failpoint(name: str) -> None:
@@ -103,12 +105,17 @@ class Gate:
     async def _park(self) -> None:
         self._reached.set()
         log.warning("failpoint %s: parked", self.name)
-        await self._released.wait()
+        _PARKED.add(self)
+        try:
+            await self._released.wait()
+        finally:
+            _PARKED.discard(self)
         if self._error is not None:
             raise self._error
 
 
 _GATES: dict[str, Gate] = {}
+_PARKED: set[Gate] = set()
 
 
 def arm(name: str, only: Callable[[], bool] | None = None) -> Gate:

@@ -89,6 +89,12 @@ async def test_a_takeover_racing_a_roll_leaves_one_owner_and_no_regression(open_
     claiming = failpoints.arm("subscriptions.takeover.before_claim")
     takeover = asyncio.ensure_future(new.acquire("s"))
     await claiming.wait_reached()  # the takeover has read (and fenced); not yet won
+    # Both ledgers the old owner could still append to are fenced already:
+    # its segment and the one its switch is creating (closed by recovery).
+    intent, _ = await new.read_znode("s")
+    assert isinstance(intent, SegmentSubscription) and intent.next_segment_id is not None
+    for ledger_id in (intent.segment_id, intent.next_segment_id):
+        assert (await new.bk.ledger_metadata(ledger_id)).is_closed, ledger_id
     rolling.release()  # the old owner switches onto its new segment...
     await asyncio.sleep(0.2)
     acked_after_switch = []
