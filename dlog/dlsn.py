@@ -76,6 +76,15 @@ class DLSN(tuple):
     INVALID: ClassVar[DLSN]
 
     def __new__(cls, log_segment_sequence_no: int, entry_id: int, slot_id: int) -> DLSN:
+        if (
+            type(log_segment_sequence_no) is int
+            and type(entry_id) is int
+            and type(slot_id) is int
+            and _INT64_MIN <= log_segment_sequence_no <= _INT64_MAX
+            and _INT64_MIN <= entry_id <= _INT64_MAX
+            and _INT64_MIN <= slot_id <= _INT64_MAX
+        ):  # the common case, checked inline (half the cost of the general one)
+            return _tuple_new(cls, (log_segment_sequence_no, entry_id, slot_id))
         return _tuple_new(
             cls,
             (

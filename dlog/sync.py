@@ -596,6 +596,15 @@ class SyncSubscriptionsStore(_Bound):
         returns once it is durable. Takes ownership on first use."""
         self._run(self.store.advance_commit_position(subscriber_id, dlsn))
 
+    def advance_commit_position_nowait(
+        self, subscriber_id: str, dlsn: DLSN
+    ) -> concurrent.futures.Future[None]:
+        """Start advancing the position; the future resolves once it is durable."""
+        self._check_caller()
+        return asyncio.run_coroutine_threadsafe(
+            self.store.advance_commit_position(subscriber_id, dlsn), self._runner.loop
+        )
+
     def get_last_commit_position(self, subscriber_id: str) -> DLSN:
         """The committed position; NonInclusiveLowerBound if never committed."""
         return self._run(self.store.get_last_commit_position(subscriber_id))
@@ -800,6 +809,23 @@ class SyncConsumer(_Bound):
                 # What the async consumer raises (it has read ahead of us).
                 raise IllegalStateError("nothing has been read yet, so there is nothing to commit")
         return self._run(self.consumer.commit(record_or_dlsn))
+
+    def commit_nowait(
+        self, record_or_dlsn: LogRecordWithDLSN | DLSN | None = None
+    ) -> concurrent.futures.Future[None]:
+        """Start committing (as :meth:`commit`); the future resolves once the
+        position is durable."""
+        if record_or_dlsn is None:
+            record_or_dlsn = self._position
+            if record_or_dlsn is None:
+                raise IllegalStateError("nothing has been read yet, so there is nothing to commit")
+        self._check_caller()
+        target = record_or_dlsn
+
+        async def commit() -> None:
+            await self.consumer.commit_nowait(target)
+
+        return asyncio.run_coroutine_threadsafe(commit(), self._runner.loop)
 
     def committed(self) -> DLSN:
         """The durable committed position."""

@@ -29,16 +29,16 @@ ZooKeeper write transactions during the commits (the zxid delta from the
 HOST:PORT``).
 
 Read the numbers carefully. Commits here are sequential (one in flight), so
-commits/s is one round trip per commit for both stores, and on an idle
-sandbox a lone ledger append is *slower* than a lone ZooKeeper write: the
-bookies sync their journal in groups and, with BookKeeper's default
-``journalMaxGroupWaitMSec=2`` (and ``journalFlushWhenQueueEmpty=false``), a
-lone append waits for the group timer. The number that matters is the
-last column: one ZooKeeper write per commit against none. ZooKeeper's
-capacity is shared by every consumer of every stream (a few thousand
-writes/s in total); the bookies' is not, and with many commits in flight
-the log-segment store also coalesces them into fewer appends
-(bench/subscriptions.py measures both effects).
+commits/s is one round trip per commit for both stores. The sandbox's
+bookies sync their journal as soon as their request queue is empty
+(``journalFlushWhenQueueEmpty=true``; BookKeeper's default, false, makes a
+lone append wait ``journalMaxGroupWaitMSec``, 2 ms, for company), so a lone
+commit costs about what a lone ZooKeeper write does (bench/subscriptions.py
+measures it). The number that matters is the last column: one ZooKeeper
+write per commit against none. ZooKeeper's capacity is shared by every
+consumer of every stream (a few thousand writes/s in total); the bookies'
+is not, and with many commits in flight the log-segment store also
+coalesces them into fewer appends.
 """
 
 from __future__ import annotations

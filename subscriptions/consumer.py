@@ -12,6 +12,7 @@ the log-segment store, an older owner is fenced).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -72,16 +73,30 @@ class Consumer:
     async def commit(self, record_or_dlsn: LogRecordWithDLSN | DLSN | None = None) -> DLSN:
         """Commit a record (or DLSN; default: the last record read). Returns
         once the position is durable; committing an older one is a no-op."""
+        dlsn = self._to_commit(record_or_dlsn)
+        await self.store.advance_commit_position(self.subscriber_id, dlsn)
+        return dlsn
+
+    def commit_nowait(
+        self, record_or_dlsn: LogRecordWithDLSN | DLSN | None = None
+    ) -> asyncio.Future[None]:
+        """Start committing (as :meth:`commit`) without waiting: the future
+        resolves once the position is durable. Keeps many commits in flight
+        without a coroutine each; call it from the event loop."""
+        dlsn = self._to_commit(record_or_dlsn)
+        return self.store.advance_commit_position_nowait(self.subscriber_id, dlsn)
+
+    def _to_commit(self, record_or_dlsn: LogRecordWithDLSN | DLSN | None) -> DLSN:
+        if self._closed:
+            # Committing would take the released subscription back.
+            raise IllegalStateError(f"consumer {self.subscriber_id!r} is closed")
         if record_or_dlsn is None:
             if self._last is None:
                 raise IllegalStateError("nothing has been read yet, so there is nothing to commit")
-            dlsn = self._last
-        elif isinstance(record_or_dlsn, DLSN):
-            dlsn = record_or_dlsn
-        else:
-            dlsn = record_or_dlsn.dlsn
-        await self.store.advance_commit_position(self.subscriber_id, dlsn)
-        return dlsn
+            return self._last
+        if isinstance(record_or_dlsn, DLSN):
+            return record_or_dlsn
+        return record_or_dlsn.dlsn
 
     async def committed(self) -> DLSN:
         """The durable committed position."""

@@ -110,7 +110,7 @@ class _Append:
     waiters: list[asyncio.Future[None]]
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class _Owned:
     subscriber_id: str
     znode: SegmentSubscription
@@ -129,6 +129,8 @@ class _Owned:
     switching: asyncio.Task[None] | None = None
     idle: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     error: DLogError | None = None
+    #: Publishing the LAC: checked once appends go idle, then running.
+    lac_check: bool = False
     lac_task: asyncio.Task[None] | None = None
     pump_scheduled: bool = False
 
@@ -155,6 +157,9 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
         self.switches = 0
         self.zk.add_state_listener(self._on_zk_state)
         self._session_lost = False
+        # Set on first use. Cached: asyncio.get_running_loop() costs a
+        # getpid() system call on Python 3.11, too much to pay per commit.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # ------------------------------------------------------------------
     # ownership
@@ -193,6 +198,7 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
         return await self._acquiring.run(subscriber_id, lambda: self._own(subscriber_id, position))
 
     async def _own(self, subscriber_id: str, position: DLSN | None) -> _Owned:
+        self._loop = asyncio.get_running_loop()
         st = await self._take_ownership(subscriber_id, position)
         self._subs[subscriber_id] = st
         return st
@@ -278,9 +284,22 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
             if st is not None:
                 raise st.error.clone()  # type: ignore[union-attr]
             st = await self._state(subscriber_id)
-        if dlsn <= st.durable:
-            return
-        loop = asyncio.get_running_loop()
+        if dlsn > st.durable:
+            await self._waiter(st, dlsn)
+
+    def advance_commit_position_nowait(
+        self, subscriber_id: str, dlsn: DLSN
+    ) -> asyncio.Future[None]:
+        st = self._subs.get(subscriber_id)
+        if st is None or st.error is not None or dlsn <= st.durable:
+            return super().advance_commit_position_nowait(subscriber_id, dlsn)
+        return self._waiter(st, dlsn)
+
+    def _waiter(self, st: _Owned, dlsn: DLSN) -> asyncio.Future[None]:
+        """A future resolved once an append covering ``dlsn`` is durable."""
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         if dlsn <= st.sent:
             # An append in flight covers it: wait for the first such one.
@@ -299,7 +318,7 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
                 # a free in-flight slot alone.
                 st.pump_scheduled = True
                 loop.call_soon(self._scheduled_pump, st)
-        await fut
+        return fut
 
     def _scheduled_pump(self, st: _Owned) -> None:
         st.pump_scheduled = False
@@ -349,17 +368,31 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
         st.inflight.popleft()
         st.durable = append.target
         for w in append.waiters:
-            if not w.done():
+            try:
                 w.set_result(None)
+            except asyncio.InvalidStateError:
+                pass  # its caller stopped waiting (cancelled)
         if not st.inflight:
             st.idle.set()
-            if st.lac_task is None:
-                st.lac_task = self._spawn(self._publish_lac(st))  # type: ignore[assignment]
+            if not st.lac_check and st.lac_task is None:
+                # After the waiters just woken have run: if one commits again
+                # at once, its append carries this LAC and none is sent.
+                st.lac_check = True
+                self._loop.call_soon(self._lac_due, st)  # type: ignore[union-attr]
         self._pump(st)
+
+    def _lac_due(self, st: _Owned) -> None:
+        st.lac_check = False
+        if st.error is None and st.lac_task is None and not st.inflight and st.requested <= st.sent:
+            st.lac_task = self._spawn(self._publish_lac(st))  # type: ignore[assignment]
 
     async def _publish_lac(self, st: _Owned) -> None:
         """Keep the segment's LAC current while idle, so reads in other
-        processes (which never fence) see the latest commit."""
+        processes (which never fence) see the latest commit. Sent only when
+        no commit is waiting for an append once the acknowledged ones have
+        run (BookKeeper's explicitLacInterval idea, counted in loop passes):
+        a busy subscription's next append carries the LAC anyway, and each
+        WRITE_LAC is journaled on every bookie of the ensemble."""
         try:
             await afailpoint("subscriptions.publish_lac")
             handle = st.handle
@@ -546,7 +579,9 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
             log.warning("stream %s: %s; not closing it", self.stream, e)
             return
         st.znode = closed
-        self._fail(st, SubscriptionFencedError(f"subscriber {subscriber_id!r} was released"))
+        # Set before failing, so that releasing is not logged as a failure.
+        st.error = SubscriptionFencedError(f"subscriber {subscriber_id!r} was released")
+        self._fail(st, st.error)
         if old_handle is not None:
             try:
                 await old_handle.close(

@@ -22,6 +22,7 @@ beyond the LAC, so it returns at least every commit ever acknowledged.
 from __future__ import annotations
 
 import abc
+import asyncio
 import dataclasses
 import json
 import logging
@@ -125,6 +126,15 @@ class SubscriptionsStore(abc.ABC):
     async def advance_commit_position(self, subscriber_id: str, dlsn: DLSN) -> None:
         """Move the position forward to ``dlsn`` (a no-op unless greater);
         returns once it is durable. Takes ownership on first use."""
+
+    def advance_commit_position_nowait(
+        self, subscriber_id: str, dlsn: DLSN
+    ) -> asyncio.Future[None]:
+        """Start :meth:`advance_commit_position`; the future resolves when the
+        position is durable (DistributedLog's advanceCommitPosition returns a
+        future too). For pipelined consumers: many commits in flight without
+        a coroutine each. Call it from the event loop."""
+        return asyncio.ensure_future(self.advance_commit_position(subscriber_id, dlsn))
 
     async def get_last_commit_position(self, subscriber_id: str) -> DLSN:
         """The committed position; NonInclusiveLowerBound if never committed.

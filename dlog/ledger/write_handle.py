@@ -80,6 +80,9 @@ class WriteHandle:
         length: int = 0,
     ) -> None:
         self.client = client
+        # Cached: asyncio.get_running_loop() costs a getpid() system call on
+        # Python 3.11, too much to pay once per append.
+        self._loop = asyncio.get_running_loop()
         self.ledger_id = metadata.ledger_id
         self._md = metadata
         self._md_version = version
@@ -163,7 +166,7 @@ class WriteHandle:
         self._last_pushed = entry_id
         self._length_pushed += len(data)
         body = self.digest.compute(entry_id, self._lac, self._length_pushed, data)
-        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[int] = self._loop.create_future()
         op = PendingAdd(
             entry_id, body, self._length_pushed, write_set(entry_id, self.E, self.W), fut
         )
@@ -401,7 +404,7 @@ class WriteHandle:
         """Wait until every append issued so far completed or failed."""
         if not self._pending:
             return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[None] = self._loop.create_future()
         self._drained.append(fut)
         await asyncio.wait_for(fut, timeout)
 
@@ -471,6 +474,6 @@ class WriteHandle:
                 self._md, self._md_version = current, version
 
     def _spawn(self, coro: object) -> None:
-        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+        task = self._loop.create_task(coro)  # type: ignore[arg-type]
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

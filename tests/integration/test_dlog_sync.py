@@ -435,6 +435,12 @@ def test_consumer_commits_and_resumes_after_the_last_commit(  # type: ignore[no-
         assert consumer.position == dlsns[9]
         assert consumer.commit() == dlsns[9]
         assert consumer.committed() == dlsns[9] == store.get_last_commit_position("billing")
+        # Pipelined: futures, resolved once durable.
+        futures = [consumer.commit_nowait(dlsn) for dlsn in dlsns[:9]]
+        futures.append(consumer.commit_nowait())  # the last record read
+        for f in futures:
+            assert f.result(10) is None
+        assert consumer.committed() == dlsns[9]
 
         for record in consumer:
             if record.txid == 49:
@@ -562,7 +568,10 @@ def test_sync_store_acquire_release_reset(  # type: ignore[no-untyped-def]
     with log.subscribe("ops") as consumer:
         assert consumer.read(timeout=10).txid == 3  # type: ignore[union-attr]
 
-    store.advance_commit_position("other", dlsns[0])
+    pending = [store.advance_commit_position_nowait("other", d) for d in dlsns[:4]]
+    for f in pending:
+        assert f.result(10) is None
+    assert store.get_last_commit_position("other") == dlsns[3]
     assert store.list_subscribers() == ["ops", "other"]
     assert store.delete_subscriber("ops") is True
     assert store.delete_subscriber("ops") is False

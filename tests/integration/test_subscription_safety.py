@@ -38,6 +38,20 @@ async def store_of(ns: Namespace, stream: str) -> LogSegmentSubscriptionsStore:
     return store
 
 
+async def lac_published(store: LogSegmentSubscriptionsStore, sid: str) -> None:
+    """Wait until the owner has published its segment's LAC (it does so
+    once its appends have been idle a moment)."""
+    st = store._subs[sid]
+    for _ in range(1000):
+        if not st.lac_check and st.lac_task is None:
+            return
+        if st.lac_task is not None:
+            await st.lac_task
+        else:
+            await asyncio.sleep(0.001)
+    raise AssertionError("the LAC was never published")
+
+
 def d(n: int) -> DLSN:
     return DLSN(1, n, 0)
 
@@ -133,8 +147,7 @@ async def test_a_read_lags_a_live_owner_but_not_a_dead_one(open_ns) -> None:
     owner_ns = await open_ns()
     owner = await store_of(owner_ns, "dead")
     await owner.advance_commit_position("s", d(1))
-    if (publishing_d1 := owner._subs["s"].lac_task) is not None:
-        await publishing_d1  # d(1)'s LAC is published
+    await lac_published(owner, "s")  # d(1)'s
     publishing = failpoints.arm("subscriptions.publish_lac")
     await owner.advance_commit_position("s", d(2))  # acknowledged
     await publishing.wait_reached()  # ...and its LAC not published

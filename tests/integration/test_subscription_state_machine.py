@@ -266,7 +266,7 @@ class SubscriptionMachine(RuleBasedStateMachine):
                 continue
             for _ in range(500):
                 task = st_.lac_task
-                if not st_.inflight and task is None:
+                if not st_.inflight and task is None and not st_.lac_check:
                     break
                 if task is not None:
                     await asyncio.wait([task], timeout=5)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from dlog import failpoints
 from dlog.dlsn import DLSN, NonInclusiveLowerBound
-from dlog.errors import SubscriptionFencedError
+from dlog.errors import IllegalStateError, SubscriptionFencedError
 from dlog.namespace import Namespace
 from dlog.record import LogRecord
 from subscriptions.format import SEGMENT_FORMAT, ZK_FORMAT, SegmentSubscription, ZkPosition
@@ -268,4 +268,44 @@ async def test_consumer_resumes_after_its_last_commit(open_ns) -> None:
     await again.seek(DLSN.INITIAL)
     assert (await again.read(timeout=10)).txid == 0
     await again.close()
+    await writer.close()
+
+
+@pytest.mark.parametrize("log_segment", [False, True], ids=["zk", "log-segment"])
+async def test_pipelined_commits_without_a_coroutine_each(open_ns, log_segment: bool) -> None:
+    ns = await open_ns(log_segment)
+    store = (await ns.open_log("nowait")).subscriptions
+    # Before ownership: the first call takes it (in a task).
+    first = store.advance_commit_position_nowait("s", d(1))
+    futures = [store.advance_commit_position_nowait("s", d(i)) for i in range(2, 300)]
+    futures.append(store.advance_commit_position_nowait("s", d(5)))  # older: resolves too
+    await asyncio.gather(first, *futures)
+    assert await store.get_last_commit_position("s") == d(299)
+    if log_segment:
+        assert store._subs["s"].entries < 100, "pipelined commits coalesce into few appends"
+    # Durable: a new owner finds the last one.
+    ns2 = await open_ns(log_segment)
+    assert await (await ns2.open_log("nowait")).subscriptions.acquire("s") == d(299)
+    if log_segment:  # a fenced owner's nowait commits fail like its awaited ones
+        with pytest.raises(SubscriptionFencedError):
+            await store.advance_commit_position_nowait("s", d(400))
+
+
+async def test_consumer_commit_nowait_and_no_commit_after_close(open_ns) -> None:
+    ns = await open_ns(True)
+    lm = await ns.open_log("cn")
+    writer = await lm.open_writer()
+    await writer.write_bulk([LogRecord(i, b"e%d" % i) for i in range(50)])
+    consumer = await lm.subscribe("app")
+    records = []
+    while len(records) < 50:
+        records.extend(await consumer.read_bulk(50 - len(records), timeout=10))
+    await asyncio.gather(*(consumer.commit_nowait(r) for r in records))
+    assert await consumer.committed() == records[-1].dlsn
+    await consumer.close()
+    for commit in (consumer.commit, consumer.commit_nowait):
+        with pytest.raises(IllegalStateError):
+            await commit(records[0])  # would take the released subscription back
+    store = lm.subscriptions
+    assert (await store.describe("app")).owned_here is False
     await writer.close()

@@ -50,7 +50,14 @@ def public(cls: type) -> set[str]:
 
 
 def coroutine_methods(cls: type) -> set[str]:
-    return {name for name in public(cls) if inspect.iscoroutinefunction(getattr(cls, name))}
+    """Public coroutines, and the ``*_nowait`` calls that return a future:
+    each needs a twin (the blocking one returns a concurrent future)."""
+    return {
+        name
+        for name in public(cls)
+        if inspect.iscoroutinefunction(getattr(cls, name))
+        or (name.endswith("_nowait") and callable(getattr(cls, name)))
+    }
 
 
 def properties(cls: type) -> set[str]:
