@@ -24,6 +24,7 @@ class BookieWatcher:
         self.readonly: frozenset[str] = frozenset()
         self._changed = asyncio.Event()
         self._closed = False
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         await self._refresh_writable()
@@ -31,6 +32,8 @@ class BookieWatcher:
 
     def close(self) -> None:
         self._closed = True
+        for task in list(self._tasks):  # a refresh may be retrying in a sleep
+            task.cancel()
 
     async def _children(self, path: str, watch) -> list[str]:  # type: ignore[no-untyped-def]
         try:
@@ -54,10 +57,18 @@ class BookieWatcher:
         self._changed.set()
 
     def _on_writable_event(self, _event: WatchedEvent) -> None:
-        asyncio.get_running_loop().create_task(self._safe(self._refresh_writable))
+        self._spawn(self._safe(self._refresh_writable))
 
     def _on_readonly_event(self, _event: WatchedEvent) -> None:
-        asyncio.get_running_loop().create_task(self._safe(self._refresh_readonly))
+        self._spawn(self._safe(self._refresh_readonly))
+
+    def _spawn(self, coro) -> None:  # type: ignore[no-untyped-def]
+        if self._closed:
+            coro.close()
+            return
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _safe(self, fn) -> None:  # type: ignore[no-untyped-def]
         for attempt in range(20):
