@@ -75,9 +75,11 @@ class ZKSubscriptionsStore(SubscriptionsStore):
         self._states[subscriber_id] = st
         return st
 
-    async def _load(self, subscriber_id: str) -> _State:
+    async def _load(self, subscriber_id: str, *, allow_missing: bool = False) -> _State:
+        """Read (converting from the log-segment format); ``allow_missing``
+        for a reset, which does not need a lost current segment."""
         for _ in range(ATTEMPTS):
-            found = await self._take_over(subscriber_id)
+            found = await self._take_over(subscriber_id, allow_missing=allow_missing)
             if not isinstance(found.znode, SegmentSubscription):
                 return _State(found.position, found.version)
             # Convert: every segment its owner could append to is fenced;
@@ -132,7 +134,8 @@ class ZKSubscriptionsStore(SubscriptionsStore):
     async def reset_position(self, subscriber_id: str, dlsn: DLSN) -> None:
         self._forget(subscriber_id)
         self._fenced.pop(subscriber_id, None)
-        st = await self._state(subscriber_id)
+        st = await self._load(subscriber_id, allow_missing=True)
+        self._states[subscriber_id] = st
         async with st.lock:
             await self._write(subscriber_id, st, dlsn, force=True)
 

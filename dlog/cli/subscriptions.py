@@ -297,13 +297,13 @@ def reset(
     A subscriber that does not exist yet is created at --to.
     """
     from dlog.dlsn import NonInclusiveLowerBound
-    from dlog.errors import LogEmptyError
+    from dlog.errors import LogEmptyError, SubscriptionCorruptedError
 
     _check_id(subscriber_id)
     choice = to.strip().lower()
     target = None if choice in ("earliest", "latest") else _parse_dlsn(to, "--to")
 
-    async def body(ns: Namespace) -> tuple[SubscriberInfo, SubscriberInfo, str | None]:
+    async def body(ns: Namespace) -> tuple[SubscriberInfo | None, SubscriberInfo, str | None]:
         lm = await ns.open_log(stream)
         note = None
         dlsn = target
@@ -317,9 +317,20 @@ def reset(
                 note = f"stream {stream!r} has no records: latest is the same as earliest"
         assert dlsn is not None
         admin = _admin_store(lm)
-        before = await admin.describe(subscriber_id)
+        before: SubscriberInfo | None
+        try:
+            before = await admin.describe(subscriber_id)
+        except SubscriptionCorruptedError as e:
+            # Reset is the way out of a lost segment: say what is lost.
+            before = None
+            err_console.print(f"[yellow]note: {escape(str(e))}[/]")
         if not force:
-            was = "new subscriber" if before.format == "none" else f"now {short(before.position)}"
+            if before is None:
+                was = "its position is unreadable"
+            elif before.format == "none":
+                was = "new subscriber"
+            else:
+                was = f"now {short(before.position)}"
             typer.confirm(
                 f"Reset subscriber {subscriber_id!r} of stream {stream!r} to {short(dlsn)} "
                 f"({was})? A running consumer is fenced.",
@@ -335,7 +346,10 @@ def reset(
     before, after, note = run_namespace(uri, conf, set_, body)
     if note:
         err_console.print(f"[yellow]note: {escape(note)}[/]")
-    was = "new" if before.format == "none" else short(before.position)
+    if before is None:
+        was = "unreadable"
+    else:
+        was = "new" if before.format == "none" else short(before.position)
     console.print(
         f"subscriber {escape(subscriber_id)} of stream {escape(stream)}: {was} -> "
         f"{short(after.position)} ({after.format} format)"

@@ -276,10 +276,10 @@ async def test_a_consumer_restarting_during_the_conversion_keeps_its_commits(
     original = ZKSubscriptionsStore._take_over
     calls = 0
 
-    async def slow_take_over(self, subscriber_id):  # type: ignore[no-untyped-def]
+    async def slow_take_over(self, subscriber_id, **kwargs):  # type: ignore[no-untyped-def]
         nonlocal calls
         calls += 1
-        result = await original(self, subscriber_id)
+        result = await original(self, subscriber_id, **kwargs)
         if calls == 1:  # the migration's: stall between its read and its write
             paused.set()
             await resume.wait()

@@ -252,3 +252,32 @@ async def test_delete(uri: str, stream: str) -> None:
     finally:
         await seg_ns.close()
         await ns.close()
+
+
+async def test_a_subscription_whose_segment_is_gone(uri: str, stream: str) -> None:
+    """Every command says so in one line naming the subscriber and the
+    ledger; list shows the others; reset is the way out."""
+    seg_ns = await open_ns(uri, True)
+    try:
+        dlsns = await write(seg_ns, stream, 10)
+        store = (await seg_ns.open_log(stream)).subscriptions
+        await store.advance_commit_position("ok", dlsns[2])
+        await store.advance_commit_position("broken", dlsns[3])
+        segment = (await store.read_znode("broken"))[0].segment_id
+        await crash(seg_ns)
+        seg_ns = await open_ns(uri, True)
+        await seg_ns.bk.delete_ledger(segment)  # lost behind the store's back
+
+        line = error_line(await dlog("show", stream, "broken", uri=uri))
+        assert "'broken'" in line and f"ledger {segment}" in line and "reset" in line, line
+        out = ok(await dlog("list", stream, uri=uri))
+        [row] = [r for r in out.splitlines() if " broken " in r]
+        assert "unreadable" in row, row
+        [row] = [r for r in out.splitlines() if " ok " in r]
+        assert str(dlsns[2]) in row, row
+
+        ok(await dlog("reset", stream, "broken", "--to", str(dlsns[3]), "--force", uri=uri))
+        out = ok(await dlog("show", stream, "broken", uri=uri))
+        assert field(out, "position") == str(dlsns[3])
+    finally:
+        await seg_ns.close()
