@@ -9,7 +9,15 @@ Actions:
 * ``pause``: create ``$DLOG_FAILPOINT_DIR/<name>`` (so the test knows the
   process got there), then sleep until killed;
 * ``exit``: terminate the process at once, without cleanup (``os._exit``);
-* ``raise``: raise :class:`FailpointError` in the calling code.
+* ``raise``: raise :class:`FailpointError` in the calling code;
+* ``enospc`` / ``eio``: raise ``OSError`` with that errno, as a full or
+  failing disk would (the bookie's file I/O goes through
+  :mod:`dlog.bookie.fileio`, which checks a failpoint at every write and
+  sync);
+* ``short``: at a write, write part of the bytes, then fail with ENOSPC.
+
+``action*N`` fires N times, then the failpoint disarms itself (a disk that
+fails for a while, then recovers, in a process the test cannot reconfigure).
 
 Coroutines use :func:`afailpoint`. In-process tests can also :func:`arm` a
 :class:`Gate` there: the first coroutine to arrive parks until the test
@@ -20,6 +28,7 @@ two steps while another acts, which a process-wide action cannot do.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import time
@@ -52,16 +61,65 @@ def configure(spec: str) -> None:
     disarms every gate."""
     _ACTIVE.clear()
     _ACTIVE.update(_parse(spec))
+    _REMAINING.clear()
     _GATES.clear()
     for gate in list(_PARKED):  # a test that failed half way must not hang its teardown
         gate.release(FailpointError(f"failpoint {gate.name}: released by a reset"))
 
 
-def failpoint(name: str) -> None:
+_IO_ERRNO = {"enospc": errno.ENOSPC, "eio": errno.EIO}
+#: Failpoints armed for a limited number of firings: name -> firings left.
+_REMAINING: dict[str, int] = {}
+
+
+def _take(name: str) -> str | None:
+    """The action armed at ``name`` (consuming one firing of ``action*N``)."""
     action = _ACTIVE.get(name)
     if action is None:
+        return None
+    base, star, times = action.partition("*")
+    if star:
+        left = _REMAINING.get(name)
+        if left is None:
+            try:
+                left = int(times)
+            except ValueError:
+                left = 1
+        left -= 1
+        if left <= 0:
+            _ACTIVE.pop(name, None)
+            _REMAINING.pop(name, None)
+        else:
+            _REMAINING[name] = left
+    return base
+
+
+def io_error(name: str, action: str) -> OSError:
+    code = _IO_ERRNO.get(action, errno.ENOSPC)
+    return OSError(code, f"{os.strerror(code)} (failpoint {name})")
+
+
+def take_action(name: str) -> str | None:
+    """The action armed at ``name``, for callers that act it out themselves
+    (a short write); logs it and consumes a firing."""
+    action = _take(name)
+    if action is not None:
+        log.warning("failpoint %s: %s", name, action)
+    return action
+
+
+def is_armed(name: str) -> bool:
+    return name in _ACTIVE
+
+
+def failpoint(name: str) -> None:
+    if name not in _ACTIVE:
         return
-    log.warning("failpoint %s: %s", name, action)
+    act(name, take_action(name))
+
+
+def act(name: str, action: str | None) -> None:
+    """Carry out ``action`` at failpoint ``name``."""
     if action == "pause":
         marker_dir = Path(os.environ.get("DLOG_FAILPOINT_DIR", "."))
         marker_dir.mkdir(parents=True, exist_ok=True)
@@ -72,6 +130,8 @@ def failpoint(name: str) -> None:
         os._exit(86)
     elif action == "raise":
         raise FailpointError(f"failpoint {name}")
+    elif action in _IO_ERRNO or action == "short":
+        raise io_error(name, action)
 
 
 class Gate:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from rocksdict import WriteBatch, WriteOptions
 
-from dlog.bookie.rocksdb import open_db
+from dlog.bookie import fileio
+from dlog.bookie.rocksdb import io_errors, open_db
 
 _KEY = struct.Struct(">qq")
 _VALUE = struct.Struct(">q")
@@ -64,17 +65,21 @@ class EntryLocationIndex:
         key, value = _KEY.pack, _VALUE.pack
         wb = WriteBatch(raw_mode=True)
         n = 0
-        for lid, eid, loc in items:
-            wb.put(key(lid, eid), value(loc))
-            n += 1
-            if n == chunk:
+        with io_errors(f"location index {self.path}"):
+            for lid, eid, loc in items:
+                wb.put(key(lid, eid), value(loc))
+                n += 1
+                if n == chunk:
+                    fileio.check("index.write")
+                    self._db.write(wb, self._nosync)
+                    wb = WriteBatch(raw_mode=True)
+                    n = 0
+                    time.sleep(0)
+            if n:
+                fileio.check("index.write")
                 self._db.write(wb, self._nosync)
-                wb = WriteBatch(raw_mode=True)
-                n = 0
-                time.sleep(0)
-        if n:
-            self._db.write(wb, self._nosync)
-        self._db.flush_wal(True)
+            fileio.check("index.sync")
+            self._db.flush_wal(True)
 
     def delete_ledger(self, ledger_id: int) -> None:
         self._db.delete_range(_KEY.pack(ledger_id, 0), _KEY.pack(ledger_id, _MAX_ENTRY))

@@ -10,10 +10,19 @@ never written again.
 
 Which log an entry goes to is decided by an :class:`EntryLogManager`
 (:mod:`dlog.bookie.entry_log_manager`), chosen by the ledger storage.
+
+A failed write or sync (ENOSPC, EIO, a short write) must never leave a
+location pointing at the wrong bytes. So ``size`` (from which locations are
+computed) always equals the bytes handed to the kernel plus those still
+buffered, and a flush that fails is rolled back to its :class:`Savepoint`:
+buffered bytes dropped, the file cut back, sizes restored. The entries it
+held are still in the write cache and the journal; the retry writes them
+again at fresh locations, and only then are locations indexed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import struct
@@ -22,6 +31,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from dlog.bookie import fileio
 from dlog.errors import CorruptedFileError
 
 log = logging.getLogger(__name__)
@@ -83,6 +93,15 @@ def ledgers_map_records(ledgers: dict[int, int]) -> bytes:
     return bytes(out)
 
 
+@dataclasses.dataclass(frozen=True)
+class Savepoint:
+    """Where a log stood when a flush began: everything before ``offset``
+    is durable and may be indexed; nothing after it is."""
+
+    offset: int
+    ledgers: dict[int, int]
+
+
 class EntryLogFile:
     """One entry log open for writing. Not thread safe: its manager locks."""
 
@@ -91,7 +110,12 @@ class EntryLogFile:
         self.log_id = log_id
         self.path = directory / log_file_name(log_id)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        os.pwrite(self._fd, header_bytes(), 0)
+        try:
+            fileio.pwrite(self._fd, header_bytes(), 0, "entry_log.write")
+        except OSError:
+            os.close(self._fd)
+            self.path.unlink(missing_ok=True)  # no half-written header left behind
+            raise
         self.size = HEADER_SIZE  # logical size, including buffered bytes
         self._written = HEADER_SIZE  # bytes handed to the OS
         self._parts: list[bytes] = []  # size prefixes and entries not yet written
@@ -135,23 +159,15 @@ class EntryLogFile:
         return locations
 
     def _write_parts(self) -> None:
-        parts, self._parts = self._parts, []
-        offset = self._written
-        for i in range(0, len(parts), 1024):  # IOV_MAX
-            chunk = parts[i : i + 1024]
-            expected = sum(map(len, chunk))
-            written = os.pwritev(self._fd, chunk, offset)
-            if written < expected:
-                rest = memoryview(b"".join(chunk))[written:]
-                done = 0
-                while done < len(rest):
-                    done += os.pwrite(self._fd, rest[done:], offset + written + done)
-            offset += expected
-        self._unsynced += offset - self._written
-        self._written = offset
+        """Hand the buffered bytes to the kernel. On failure nothing
+        changes here: the flush's rollback decides what the log holds."""
+        written = fileio.pwritev(self._fd, self._parts, self._written, "entry_log.write")
+        self._parts = []
         self._parts_bytes = 0
+        self._unsynced += written
+        self._written += written
         if self._flush_every and self._unsynced >= self._flush_every:
-            os.fdatasync(self._fd)
+            fileio.fdatasync(self._fd, "entry_log.fsync")
             self._unsynced = 0
 
     def flush(self) -> None:
@@ -159,20 +175,50 @@ class EntryLogFile:
         if self._parts:
             self._write_parts()
         if self._unsynced or self._written == HEADER_SIZE:
-            os.fdatasync(self._fd)
+            fileio.fdatasync(self._fd, "entry_log.fsync")
             self._unsynced = 0
 
+    def savepoint(self) -> Savepoint:
+        return Savepoint(self.size, dict(self.ledgers))
+
+    def rollback(self, savepoint: Savepoint | None) -> None:
+        """Forget everything added since ``savepoint`` (None: since the log
+        was created), so the next entry goes where the dropped ones began."""
+        if self.sealed:
+            return
+        offset = savepoint.offset if savepoint is not None else HEADER_SIZE
+        self._parts = []
+        self._parts_bytes = 0
+        self.ledgers = dict(savepoint.ledgers) if savepoint is not None else {}
+        self.size = offset
+        self._written = offset
+        self._unsynced = 0
+        try:
+            # Cut the failed attempt off and undo a half-done seal's header,
+            # so a later scan of an unsealed log stops at the right place.
+            # Bytes this fails to cut are never indexed, and get overwritten.
+            os.ftruncate(self._fd, offset)
+            os.pwrite(self._fd, header_bytes(), 0)
+        except OSError as e:
+            log.warning("entry log %s: could not cut back to %d: %s", self.path.name, offset, e)
+
     def seal(self) -> None:
-        """Append the ledgers map, patch the header, sync and close."""
+        """Append the ledgers map, patch the header, sync and close. A
+        failure leaves the log open and unsealed: sealing can be retried."""
         if self.sealed:
             return
         if self._parts:
             self._write_parts()
         map_offset = self._written
         records = ledgers_map_records(self.ledgers)
-        os.pwrite(self._fd, records, map_offset)
-        os.pwrite(self._fd, _HEADER.pack(MAGIC, VERSION, map_offset, len(self.ledgers)), 0)
-        os.fsync(self._fd)
+        fileio.pwrite(self._fd, records, map_offset, "entry_log.write")
+        fileio.pwrite(
+            self._fd,
+            _HEADER.pack(MAGIC, VERSION, map_offset, len(self.ledgers)),
+            0,
+            "entry_log.write",
+        )
+        fileio.fsync(self._fd, "entry_log.fsync")
         os.close(self._fd)
         self.size = map_offset + len(records)
         self.sealed = True
@@ -189,6 +235,17 @@ class EntryLogFile:
             return
         self.flush()
         os.close(self._fd)
+        self.sealed = True
+
+    def abandon(self) -> None:
+        """Close without writing anything more (shutdown after a failed
+        flush: what it holds is in the journal, which replay restores)."""
+        if self.sealed:
+            return
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
         self.sealed = True
 
 

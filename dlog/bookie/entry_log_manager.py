@@ -8,6 +8,11 @@ interchangeable without flags anywhere else.
 
 The storage flush thread calls :meth:`add_entry` and :meth:`flush`; the
 event loop calls :meth:`write_close`. Implementations lock accordingly.
+
+A storage flush is bracketed by :meth:`begin_flush` and, if any write or
+sync in it fails, :meth:`rollback`: every log it touched goes back to where
+it stood (see :class:`dlog.bookie.entry_log.Savepoint`), so no location
+computed during the failed attempt can be mistaken for a later entry's.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from dlog.bookie.entry_log import EntryLogFile, EntryLogger
+from dlog.bookie.entry_log import EntryLogFile, EntryLogger, Savepoint
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +39,8 @@ class EntryLogManager(abc.ABC):
         # Rotated logs that are not yet sealed and synced.
         self._rotated: list[EntryLogFile] = []
         self.write_closed: set[int] = set()
+        # Where each open log stood when the current flush began.
+        self._savepoints: dict[int, Savepoint] = {}
 
     @abc.abstractmethod
     def _log_for(self, ledger_id: int, size: int) -> EntryLogFile:
@@ -66,14 +73,28 @@ class EntryLogManager(abc.ABC):
                 i = j
         return locations
 
+    def begin_flush(self) -> None:
+        """Remember where every open log stands (see :meth:`rollback`)."""
+        with self._lock:
+            self._savepoints = {f.log_id: f.savepoint() for f in self.active_logs() + self._rotated}
+
+    def rollback(self) -> None:
+        """Undo what the failed flush added to every log it touched: logs
+        opened since :meth:`begin_flush` go back to empty. Logs it sealed
+        keep their (never indexed) entries."""
+        with self._lock:
+            for f in self.active_logs() + self._rotated:
+                f.rollback(self._savepoints.get(f.log_id))
+
     def flush(self) -> None:
-        """Sync every open log and seal the rotated ones."""
+        """Sync every open log and seal the rotated ones (a log leaves the
+        rotated list only once it is sealed, so a failure is retried)."""
         with self._lock:
             for f in self.active_logs():
                 f.flush()
-            rotated, self._rotated = self._rotated, []
-            for f in rotated:
-                f.seal()
+            while self._rotated:
+                self._rotated[0].seal()
+                self._rotated.pop(0)
 
     def checkpoint(self) -> None:  # noqa: B027 - an optional hook
         """Checkpoint hook (after :meth:`flush`): rotate what should rotate."""
@@ -94,13 +115,17 @@ class EntryLogManager(abc.ABC):
         return min(ids) if ids else self.logger.last_log_id + 1
 
     def close(self) -> None:
-        """Sync and seal everything (clean shutdown)."""
+        """Sync and seal everything (clean shutdown). A log that cannot be
+        sealed (a full disk) is closed as it is: an unsealed log is read by
+        scanning, and what was not flushed is still in the journal."""
         with self._lock:
-            for f in self._rotated:
-                f.seal()
+            for f in self._rotated + self.active_logs():
+                try:
+                    f.seal()
+                except OSError as e:
+                    log.error("entry log %s: not sealed at shutdown: %s", f.path.name, e)
+                    f.abandon()
             self._rotated = []
-            for f in self.active_logs():
-                f.seal()
             self._close_active()
 
     @abc.abstractmethod
@@ -192,8 +217,10 @@ class EntryLogManagerForEntryLogPerLedger(EntryLogManager):
             self.write_closed.clear()
             for lid in victims:
                 f, _ = self._logs.pop(lid)
-                # The checkpoint has just flushed: nothing is buffered, seal now.
-                f.seal()
+                # The checkpoint has just flushed: nothing is buffered, seal
+                # now (or at the next flush, if this fails).
+                self._rotated.append(f)
+            self.flush()
             if victims:
                 log.info("rotated entry logs of %d ledgers at checkpoint", len(victims))
 

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from dlog.bookie import fileio
 from dlog.bookie import journal_format as jf
 from dlog.conf.bookie import BookieConfig
 from dlog.errors import EIO, EOK
@@ -56,7 +57,7 @@ class _Group:
     first_enqueued: float
 
 
-IOV_MAX = 1024
+IOV_MAX = fileio.IOV_MAX
 
 
 class JournalError(OSError):
@@ -292,7 +293,7 @@ class Journal:
                 self.stats.bytes_written += total
             t0 = time.monotonic()
             if self._sync:
-                os.fdatasync(self._fd)
+                fileio.fdatasync(self._fd, "journal.fsync")
                 self.stats.fsyncs += 1
             elapsed = time.monotonic() - t0
             self.stats.records_synced += sum(g.count for g in groups)
@@ -310,17 +311,8 @@ class Journal:
     def _write_parts(self, parts: list[bytes], offset: int) -> None:
         """Write ``parts`` contiguously at ``offset`` with as few syscalls as
         the iovec limit allows; the kernel gathers them (no join in Python)."""
-        for i in range(0, len(parts), IOV_MAX):
-            chunk = parts[i : i + IOV_MAX]
-            expected = sum(len(p) for p in chunk)
-            written = os.pwritev(self._fd, chunk, offset)
-            self.stats.writes += 1
-            if written < expected:  # short write: finish the rest plainly
-                rest = memoryview(b"".join(chunk))[written:]
-                pos = 0
-                while pos < len(rest):
-                    pos += os.pwrite(self._fd, rest[pos:], offset + written + pos)
-            offset += expected
+        fileio.pwritev(self._fd, parts, offset, "journal.write")
+        self.stats.writes += (len(parts) + IOV_MAX - 1) // IOV_MAX
 
     def _ensure_space(self, n: int) -> None:
         need = self._offset + n
@@ -343,11 +335,11 @@ class Journal:
             self._fd, self._allocated = fd, 0
             self._offset = 0
             self._ensure_space(len(header))
-            os.pwrite(fd, header, 0)
-            os.fsync(fd)
+            fileio.pwrite(fd, header, 0, "journal.write")
+            fileio.fsync(fd, "journal.fsync")
             dfd = os.open(self.directory, os.O_RDONLY)
             try:
-                os.fsync(dfd)
+                fileio.fsync(dfd, "journal.fsync")
             finally:
                 os.close(dfd)
         except OSError:
@@ -360,7 +352,7 @@ class Journal:
 
     def _roll(self) -> None:
         if self._sync:
-            os.fdatasync(self._fd)
+            fileio.fdatasync(self._fd, "journal.fsync")
         old = self._fd
         self._open_file(self._file_id + 1)
         os.close(old)

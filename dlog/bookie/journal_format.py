@@ -15,6 +15,7 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
+from dlog.bookie import fileio
 from dlog.errors import CorruptedFileError
 
 MAGIC = b"BKLG"
@@ -193,13 +194,13 @@ def write_last_mark(ledger_dirs: list[Path], mark: LogMark, name: str = "lastMar
         tmp = d / (name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, data)
-            os.fsync(fd)
+            fileio.pwrite(fd, data, 0, "checkpoint.write")
+            fileio.fsync(fd, "checkpoint.fsync")
         finally:
             os.close(fd)
         os.replace(tmp, d / name)
         dfd = os.open(d, os.O_RDONLY)
         try:
-            os.fsync(dfd)
+            fileio.fsync(dfd, "checkpoint.fsync")
         finally:
             os.close(dfd)

@@ -14,7 +14,8 @@ import struct
 import threading
 from pathlib import Path
 
-from dlog.bookie.rocksdb import open_db
+from dlog.bookie import fileio
+from dlog.bookie.rocksdb import io_errors, open_db
 from dlog.protocol.db_ledger_storage_pb2 import LedgerData
 
 _KEY = struct.Struct(">q")
@@ -90,7 +91,9 @@ class LedgerIndex:
             self._db.delete(_KEY.pack(ledger_id))
 
     def flush(self) -> None:
-        self._db.flush_wal(True)
+        with io_errors(f"ledger index {self.path}"):
+            fileio.check("ledger_index.sync")
+            self._db.flush_wal(True)
 
     def close(self) -> None:
         self._db.close()

@@ -7,6 +7,19 @@ locations are written to the index. If the other half is still flushing,
 the add waits up to ``dbStorage_maxThrottleTimeMs`` and then fails with
 ETOOMANYREQUESTS: memory stays bounded by the two halves.
 
+A flush is all or nothing for the index: entries go to the entry logs and
+are synced first, and only then are their locations indexed and the half
+released. If a write or sync to the entry logs fails, the logs are rolled
+back (:meth:`EntryLogManager.rollback`) and the half stays cached; if the
+index write fails, the entries are durable and the retry only writes the
+index. Either way no location points at bytes that are not there, and the
+checkpoint (which flushes everything added before its journal mark) fails,
+so the mark does not move past entries that are not stored. Retries back
+off: a failed flush is retried no sooner than ``_backoff`` later (doubling
+up to 5 s), and repeated failures are logged once per 30 s. ENOSPC is
+reported through ``on_io_error`` at once, so the bookie turns read-only
+without waiting for the next disk check.
+
 Reads look in the write cache, then the read-ahead cache, then the entry
 log through the location index. As in BookKeeper, ledgers are spread over
 the ledger directories by id, each directory with its own caches, indexes
@@ -34,6 +47,12 @@ from dlog.errors import NoSuchEntryError
 from dlog.failpoints import failpoint
 
 log = logging.getLogger(__name__)
+
+#: Retry a failed flush no sooner than this (doubling up to the max).
+MIN_BACKOFF = 0.1
+MAX_BACKOFF = 5.0
+#: Repeated flush failures are logged at most once per this many seconds.
+LOG_EVERY = 30.0
 
 
 class SingleDirectoryDbLedgerStorage:
@@ -71,6 +90,21 @@ class SingleDirectoryDbLedgerStorage:
         self._current: asyncio.Task[None] | None = None
         self._space: asyncio.Event | None = None
         self.failed: BaseException | None = None
+        # Halves are numbered as they become active; a flush makes its
+        # half's number durable. A checkpoint waits for the active number.
+        self._active_gen = 1
+        self._flushing_gen = 0
+        self._durable_gen = 0
+        # Locations of a flush whose entry logs are durable but whose index
+        # write failed: the retry writes only these.
+        self._unindexed: list[tuple[int, int, int]] | None = None
+        self._retry_at = 0.0
+        self._backoff = MIN_BACKOFF
+        self._failures = 0
+        self._last_logged = 0.0
+        #: Called (on the event loop) with the directory and the error when
+        #: a flush fails with an OSError: ENOSPC turns the bookie read-only.
+        self.on_io_error: Callable[[Path, OSError], None] | None = None
         self.flushes = 0
         self.throttled_adds = 0
         self.rejected_adds = 0
@@ -87,7 +121,7 @@ class SingleDirectoryDbLedgerStorage:
         """Cache an entry without waiting; False means the caller must wait."""
         if self._active.put(ledger_id, entry_id, data):
             return True
-        if not self._in_progress:
+        if not self._in_progress and time.monotonic() >= self._retry_at:
             self._start_flush()
             return self._active.put(ledger_id, entry_id, data)
         return False
@@ -104,6 +138,9 @@ class SingleDirectoryDbLedgerStorage:
             if remaining <= 0:
                 self.rejected_adds += 1
                 return False
+            if not self._in_progress:
+                # Backing off after a failed flush: wait until the retry.
+                remaining = min(remaining, max(0.001, self._retry_at - time.monotonic()))
             space = self._space_event()
             space.clear()
             try:
@@ -118,8 +155,10 @@ class SingleDirectoryDbLedgerStorage:
 
     # -- flush ---------------------------------------------------------------
     def _start_flush(self) -> asyncio.Task[None]:
-        if not self._flushing.count:
+        if not self._flushing.count and self._unindexed is None:
             self._active, self._flushing = self._flushing, self._active
+            self._flushing_gen = self._active_gen
+            self._active_gen += 1
         self._in_progress = True
         self._current = asyncio.get_running_loop().create_task(self._run_flush())
         # A flush started by an add has nobody awaiting it: keep its error
@@ -133,18 +172,45 @@ class SingleDirectoryDbLedgerStorage:
         t0 = time.monotonic()
         try:
             await loop.run_in_executor(self._executor, self._flush_frozen)
+            self._durable_gen = self._flushing_gen
+            if self._failures:
+                log.info(
+                    "ledger storage flush in %s succeeded after %d failed attempts",
+                    self.directory,
+                    self._failures,
+                )
             self.failed = None
+            self._failures = 0
+            self._backoff = MIN_BACKOFF
+            self._retry_at = 0.0
         except asyncio.CancelledError:
             raise
         except BaseException as e:
-            self.failed = e
-            log.error("ledger storage flush failed in %s: %s", self.directory, e)
+            self._flush_failed(e)
             raise
         finally:
             self._in_progress = False
             self._space_event().set()
             if self.on_flush is not None:
                 self.on_flush(time.monotonic() - t0)
+
+    def _flush_failed(self, e: BaseException) -> None:
+        self.failed = e
+        self._failures += 1
+        now = time.monotonic()
+        self._retry_at = now + self._backoff
+        self._backoff = min(self._backoff * 2, MAX_BACKOFF)
+        if self._failures == 1 or now - self._last_logged >= LOG_EVERY:
+            self._last_logged = now
+            log.error(
+                "ledger storage flush failed in %s: %s (%d attempts so far; retrying with "
+                "backoff, the entries stay cached and journaled)",
+                self.directory,
+                e,
+                self._failures,
+            )
+        if isinstance(e, OSError) and self.on_io_error is not None:
+            self.on_io_error(self.directory, e)
 
     def _flush_frozen(self) -> None:
         """Storage thread: write the frozen half out, durably, in order.
@@ -154,7 +220,32 @@ class SingleDirectoryDbLedgerStorage:
         the GIL with the event loop serving adds."""
         t0 = time.monotonic()
         cache = self._flushing
-        batch: list[tuple[int, int, int]] = []
+        batch = self._unindexed
+        nbytes = 0
+        if batch is None:
+            batch = []
+            self.manager.begin_flush()
+            try:
+                nbytes = self._write_entry_logs(cache, batch)
+                self.manager.flush()
+            except BaseException:
+                self.manager.rollback()
+                raise
+            # The entries are durable in the entry logs from here on: if the
+            # index write fails, the retry writes only the index.
+            self._unindexed = batch
+            failpoint("ledger_storage.flush.before_index")
+        if batch:
+            self.locations.add_batch(batch)
+        self.ledger_index.flush()
+        self._unindexed = None
+        # Everything is in the index now: the frozen half can go.
+        cache.release()
+        self.flushes += 1
+        self.last_flush_seconds = time.monotonic() - t0
+        self.last_flush_bytes = nbytes
+
+    def _write_entry_logs(self, cache: WriteCache, batch: list[tuple[int, int, int]]) -> int:
         nbytes = 0
         half = cache.count // 2
         written = 0
@@ -177,25 +268,21 @@ class SingleDirectoryDbLedgerStorage:
                     failpoint("ledger_storage.flush.mid_entry_logs")
                     half = 0
                 time.sleep(0)
-        self.manager.flush()
-        failpoint("ledger_storage.flush.before_index")
-        if batch:
-            self.locations.add_batch(batch)
-        self.ledger_index.flush()
-        # Everything is in the index now: the frozen half can go.
-        cache.release()
-        self.flushes += 1
-        self.last_flush_seconds = time.monotonic() - t0
-        self.last_flush_bytes = nbytes
+        return nbytes
 
     async def flush(self) -> None:
-        """Flush everything cached so far (the checkpoint's first step)."""
-        while self._in_progress and self._current is not None:
-            try:
-                await asyncio.shield(self._current)
-            except Exception:
-                pass
-        await self._start_flush()
+        """Flush everything cached so far (the checkpoint's first step);
+        raises if that cannot be done now, so the checkpoint stops."""
+        target = self._active_gen if self._active.count else self._flushing_gen
+        while self._durable_gen < target:
+            while self._in_progress and self._current is not None:
+                try:
+                    await asyncio.shield(self._current)
+                except Exception:
+                    pass  # retried below, or surfaced by our own attempt
+            if self._durable_gen >= target:
+                return
+            await self._start_flush()
 
     async def checkpoint(self) -> None:
         await self.flush()

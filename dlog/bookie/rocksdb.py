@@ -3,6 +3,10 @@ bytes keys and values, and explicit control over when writes are synced."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from rocksdict import Options, Rdict, WriteOptions
@@ -20,3 +24,22 @@ def sync_write_options() -> WriteOptions:
     wo = WriteOptions()
     wo.sync = True
     return wo
+
+
+@contextlib.contextmanager
+def io_errors(what: str) -> Iterator[None]:
+    """RocksDB reports a full or failing disk as a plain exception with a
+    message; turn it into the OSError the bookie's I/O paths handle."""
+    try:
+        yield
+    except OSError:
+        raise
+    except Exception as e:
+        text = str(e)
+        if "No space left" in text:
+            code = errno.ENOSPC
+        elif "IO error" in text or "Input/output" in text:
+            code = errno.EIO
+        else:
+            raise
+        raise OSError(code, f"{what}: {os.strerror(code)}: {text}") from e
