@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import struct
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -31,7 +33,7 @@ from dlog.bookie.checkpoint import Checkpointer, read_marks
 from dlog.bookie.cookie import Cookie, verify_or_create
 from dlog.bookie.disk import DiskMonitor
 from dlog.bookie.journal import Journal
-from dlog.bookie.ledger_storage import DbLedgerStorage
+from dlog.bookie.ledger_storage import DbLedgerStorage, SingleDirectoryDbLedgerStorage
 from dlog.bookie.metrics import BookieMetrics
 from dlog.bookie.registration import BookieRegistration, init_cluster
 from dlog.conf.bookie import BookieConfig
@@ -45,6 +47,7 @@ from dlog.errors import (
     EREADONLY,
     ETOOMANYREQUESTS,
     EUA,
+    BookieIOError,
     CorruptedFileError,
     NoSuchEntryError,
 )
@@ -57,6 +60,20 @@ Respond = Callable[[int], None]
 _IDS = struct.Struct(">qq")
 _LAC = struct.Struct(">q")
 MAX_LONG_POLL_SECONDS = 60.0
+#: Ledger states kept in memory; older ones are reloaded from the index.
+LEDGER_STATES = 16384
+
+
+def _indexes_reason(directory: Path) -> str:
+    return f"indexes read-only in {directory}"
+
+
+def _storage_reason(directory: Path) -> str:
+    return f"ledger storage failing in {directory}"
+
+
+def _journal_reason(directory: Path) -> str:
+    return f"journal disk full: {directory}"
 
 
 class LedgerState:
@@ -95,7 +112,9 @@ class Bookie:
         self.uri = parse_metadata_service_uri(conf.metadata_service_uri)
         self.read_only = False
         self._read_only_reasons: set[str] = set()
-        self._ledgers: dict[int, LedgerState] = {}
+        # The ledgers used lately (a bounded LRU: anyone can make a bookie
+        # remember a ledger; the ledger index in RocksDB is the record).
+        self._ledgers: OrderedDict[int, LedgerState] = OrderedDict()
         self.zk: ZooKeeper | None = None
         self.registration: BookieRegistration | None = None
         self.storage: DbLedgerStorage | None = None
@@ -136,6 +155,11 @@ class Bookie:
         self.storage = await loop.run_in_executor(
             None, DbLedgerStorage, self.conf, self.ledger_dirs
         )
+        for d in self.storage.dirs:
+            d.on_io_error = self._storage_io_error
+            d.on_io_recovered = self._storage_recovered
+            if d.read_only_indexes:
+                self.set_read_only(_indexes_reason(d.directory), True)
         self.journals = [
             Journal(
                 d, self.conf, on_error=self._journal_failed, observe_latency=self._journal_synced
@@ -164,6 +188,7 @@ class Bookie:
         )
         self.disk.check()
         self.disk.start()
+        self._reopen_if_room()
 
         self.server = BookieServer(self)
         await self.server.start()
@@ -234,8 +259,17 @@ class Bookie:
                         "journal holds entry %d of ledger %d without its key; skipped", eid, lid
                     )
                     continue
-                if not storage.try_add(lid, eid, record):
-                    await storage.add_wait(lid, eid, record)
+                if not storage.try_add(lid, eid, record) and not await storage.add_wait(
+                    lid, eid, record
+                ):
+                    # Never skip a journaled entry: the bookie must not start
+                    # without it (its disk is full and the write cache cannot
+                    # hold the rest of the journal).
+                    raise BookieIOError(
+                        f"journal replay: cannot store ledger {lid} entry {eid}: "
+                        f"{storage.storage_for(lid).failed or 'the write cache is full'}; "
+                        "free space on the ledger disk or raise dbStorage_writeCacheMaxSizeMb"
+                    )
             count += 1
         self.replayed_records += count
 
@@ -253,19 +287,30 @@ class Bookie:
     def _state(self, ledger_id: int) -> LedgerState | None:
         st = self._ledgers.get(ledger_id)
         if st is not None:
+            self._ledgers.move_to_end(ledger_id)
             return st
         info = self.storage.ledger_info(ledger_id)  # type: ignore[union-attr]
         if info is None:
             return None
-        st = self._ledgers[ledger_id] = LedgerState(ledger_id, info.master_key, info.fenced)
+        return self._keep(LedgerState(ledger_id, info.master_key, info.fenced))
+
+    def _keep(self, st: LedgerState) -> LedgerState:
+        ledgers = self._ledgers
+        ledgers[st.ledger_id] = st
+        for _ in range(len(ledgers) - LEDGER_STATES):
+            lid, old = ledgers.popitem(last=False)
+            if old.waiters or old.fencing is not None:
+                ledgers[lid] = old  # in use: keep it (at the young end)
         return st
 
     def _state_or_create(self, ledger_id: int, master_key: bytes) -> LedgerState:
+        """The ledger's state, created with ``master_key`` if this bookie has
+        never seen it (raises OSError if that cannot be recorded)."""
         st = self._state(ledger_id)
         if st is None:
             self.storage.set_master_key(ledger_id, master_key)  # type: ignore[union-attr]
             self.journal_for(ledger_id).log(jf.ledger_key_record(ledger_id, master_key))
-            st = self._ledgers[ledger_id] = LedgerState(ledger_id, master_key, False)
+            st = self._keep(LedgerState(ledger_id, master_key, False))
             st.lac_loaded = True
         return st
 
@@ -306,7 +351,12 @@ class Bookie:
         if entry_id < 0 or len(body) < 24 or body[:16] != _IDS.pack(ledger_id, entry_id):
             respond(EBADREQ)
             return
-        st = self._state_or_create(ledger_id, master_key)
+        try:
+            st = self._state_or_create(ledger_id, master_key)
+        except OSError as e:
+            log.error("ledger %d: cannot record its key: %s", ledger_id, e)
+            respond(EIO)
+            return
         if st.master_key != master_key:
             respond(EUA)
             return
@@ -341,7 +391,11 @@ class Bookie:
     async def fence(self, ledger_id: int, master_key: bytes) -> int:
         """Fence a ledger durably (creating it if this bookie never saw it,
         so a late add from the old writer is still refused)."""
-        st = self._state_or_create(ledger_id, master_key)
+        try:
+            st = self._state_or_create(ledger_id, master_key)
+        except OSError as e:
+            log.error("ledger %d: cannot record its key: %s", ledger_id, e)
+            return EIO
         if st.master_key != master_key:
             return EUA
         if st.fencing is not None:
@@ -351,8 +405,14 @@ class Bookie:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[int] = loop.create_future()
         st.fencing = fut
-        st.fenced = True
-        self.storage.set_fenced(ledger_id)  # type: ignore[union-attr]
+        st.fenced = True  # refuse adds from now on, even if recording it fails
+        try:
+            self.storage.set_fenced(ledger_id)  # type: ignore[union-attr]
+        except OSError as e:
+            log.error("ledger %d: cannot record the fence: %s", ledger_id, e)
+            st.fencing = None
+            fut.set_result(EIO)
+            return EIO
 
         def done(status: int) -> None:
             if not fut.done():
@@ -435,11 +495,16 @@ class Bookie:
         if self.read_only:
             respond(EREADONLY)
             return
-        st = self._state_or_create(ledger_id, master_key)
-        if st.master_key != master_key:
-            respond(EUA)
+        try:
+            st = self._state_or_create(ledger_id, master_key)
+            if st.master_key != master_key:
+                respond(EUA)
+                return
+            self.storage.set_explicit_lac(ledger_id, body)  # type: ignore[union-attr]
+        except OSError as e:
+            log.error("ledger %d: cannot record its explicit LAC: %s", ledger_id, e)
+            respond(EIO)
             return
-        self.storage.set_explicit_lac(ledger_id, body)  # type: ignore[union-attr]
         st.advance_lac(lac)
         self.journal_for(ledger_id).log(jf.explicit_lac_record(ledger_id, body), respond)
 
@@ -506,8 +571,52 @@ class Bookie:
 
     def _disk_changed(self, full: set[Path]) -> None:
         self.set_read_only("disk full", bool(full))
+        if self.disk is None:
+            return  # still starting: start() checks once the monitor exists
+        for journal in self.journals:
+            if journal.failed is not None and journal.directory not in full and journal.resume():
+                self.set_read_only(_journal_reason(journal.directory), False)
+        self._reopen_if_room()
+
+    def _reopen_if_room(self) -> None:
+        """Indexes opened read-only on a full disk are reopened for writing
+        once the disk monitor finds room (below diskUsageLwmThreshold)."""
+        if self.storage is None or self.disk is None:
+            return
+        for d in self.storage.dirs:
+            if d.read_only_indexes and d.directory not in self.disk.full:
+                self._spawn(self._reopen(d))
+
+    async def _reopen(self, d: SingleDirectoryDbLedgerStorage) -> None:
+        try:
+            await d.reopen_writable()
+        except OSError as e:
+            log.warning("%s: still cannot open the indexes for writing: %s", d.directory, e)
+            if self.disk is not None:
+                self.disk.mark_full(d.directory)  # try again when the monitor finds room
+            return
+        self.set_read_only(_indexes_reason(d.directory), False)
+
+    def _storage_io_error(self, directory: Path, error: OSError) -> None:
+        """A flush failed: ENOSPC makes the directory full at once (read-only
+        now, not at the next disk check); other errors hold the bookie
+        read-only until a flush succeeds."""
+        if error.errno == errno.ENOSPC and self.disk is not None:
+            self.disk.mark_full(directory)
+        elif error.errno != errno.EROFS:
+            self.set_read_only(_storage_reason(directory), True)
+
+    def _storage_recovered(self, directory: Path) -> None:
+        self.set_read_only(_storage_reason(directory), False)
 
     def _journal_failed(self, error: OSError) -> None:
+        if error.errno == errno.ENOSPC and self.disk is not None:
+            # Resumed once the monitor finds room on its disk again.
+            for journal in self.journals:
+                if journal.failed is error:
+                    self.set_read_only(_journal_reason(journal.directory), True)
+                    self.disk.mark_full(journal.directory)
+            return
         self.set_read_only(f"journal failed: {error.strerror or error}", True)
 
     def _journal_synced(self, latency: float, fsync_seconds: float, count: int) -> None:

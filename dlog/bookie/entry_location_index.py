@@ -23,9 +23,10 @@ _MAX_ENTRY = (1 << 63) - 1
 
 
 class EntryLocationIndex:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = path
-        self._db = open_db(path)
+        self.read_only = read_only
+        self._db = open_db(path, read_only=read_only)
         self._nosync = WriteOptions()
 
     def get(self, ledger_id: int, entry_id: int) -> int | None:

@@ -109,6 +109,7 @@ class Journal:
         self._offset = 0
         self._allocated = 0
         self._failed: OSError | None = None
+        self._reopen = False  # open a new file before the next write
         self._drained: list[asyncio.Future[None]] = []
 
     # ------------------------------------------------------------------
@@ -167,6 +168,21 @@ class Journal:
     @property
     def failed(self) -> OSError | None:
         return self._failed
+
+    def resume(self) -> bool:
+        """After ENOSPC, once the disk has room: accept records again, in a
+        new journal file (the failed one may end in a partial group, which
+        replay stops at). Other errors (EIO) stay: a restart decides.
+        Whether the journal takes records again."""
+        failed = self._failed
+        if failed is None:
+            return True
+        if failed.errno != errno.ENOSPC:
+            return False
+        self._reopen = True
+        self._failed = None
+        log.info("journal %s: resuming after %s", self.directory, failed)
+        return True
 
     # ------------------------------------------------------------------
     # loop side: grouping
@@ -282,6 +298,16 @@ class Journal:
         if self._failed is not None:
             return EIO, 0.0
         try:
+            if self._reopen:
+                old = self._fd
+                try:
+                    self._open_file(self._file_id + 1)
+                except OSError:
+                    self._fd = old  # still the failed file: the next resume tries again
+                    raise
+                self._reopen = False
+                if old >= 0:
+                    os.close(old)
             for g in groups:
                 if self._offset + g.nbytes > self._max_size and self._offset > jf.HEADER_SIZE:
                     self._roll()
@@ -344,6 +370,7 @@ class Journal:
                 os.close(dfd)
         except OSError:
             os.close(fd)
+            path.unlink(missing_ok=True)  # the next attempt reuses the id
             self._fd = -1
             raise
         self._file_id = journal_id

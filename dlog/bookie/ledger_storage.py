@@ -29,6 +29,7 @@ and entry logs.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import time
 from collections.abc import Callable
@@ -67,8 +68,23 @@ class SingleDirectoryDbLedgerStorage:
         read_cache_bytes: int,
     ) -> None:
         self.directory = directory
-        self.ledger_index = LedgerIndex(directory / "ledgers")
-        self.locations = EntryLocationIndex(directory / "locations")
+        #: The indexes are open read-only: the disk was full at start
+        #: (a read-write open of RocksDB writes). Reads work; flushes wait
+        #: for :meth:`reopen_writable`.
+        self.read_only_indexes = False
+        try:
+            self.ledger_index, self.locations = self._open_indexes(read_only=False)
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+            log.error(
+                "%s: cannot open the indexes for writing (%s); serving reads only until "
+                "the disk has room",
+                directory,
+                e,
+            )
+            self.ledger_index, self.locations = self._open_indexes(read_only=True)
+            self.read_only_indexes = True
         self.entry_logger = EntryLogger([directory], flush_every_bytes=conf.flush_entrylog_bytes)
         self.manager: EntryLogManager = create_entry_log_manager(
             self.entry_logger,
@@ -105,12 +121,40 @@ class SingleDirectoryDbLedgerStorage:
         #: Called (on the event loop) with the directory and the error when
         #: a flush fails with an OSError: ENOSPC turns the bookie read-only.
         self.on_io_error: Callable[[Path, OSError], None] | None = None
+        #: Called when a flush succeeds after failing.
+        self.on_io_recovered: Callable[[Path], None] | None = None
         self.flushes = 0
         self.throttled_adds = 0
         self.rejected_adds = 0
         self.last_flush_seconds = 0.0
         self.last_flush_bytes = 0
         self.on_flush: Callable[[float], None] | None = None
+
+    def _open_indexes(self, *, read_only: bool) -> tuple[LedgerIndex, EntryLocationIndex]:
+        ledger_index = LedgerIndex(self.directory / "ledgers", read_only=read_only)
+        try:
+            return ledger_index, EntryLocationIndex(
+                self.directory / "locations", read_only=read_only
+            )
+        except BaseException:
+            ledger_index.close()
+            raise
+
+    async def reopen_writable(self) -> None:
+        """Reopen read-only indexes for writing (the disk has room again)."""
+        if not self.read_only_indexes:
+            return
+
+        def reopen() -> None:
+            ledger_index, locations = self._open_indexes(read_only=False)
+            old = self.ledger_index, self.locations
+            self.ledger_index, self.locations = ledger_index, locations
+            for db in old:
+                db.close()
+
+        await asyncio.get_running_loop().run_in_executor(self._executor, reopen)
+        self.read_only_indexes = False
+        log.info("%s: indexes reopened for writing", self.directory)
 
     # -- ledger state ----------------------------------------------------------
     def ledger_info(self, ledger_id: int) -> LedgerInfo | None:
@@ -179,6 +223,8 @@ class SingleDirectoryDbLedgerStorage:
                     self.directory,
                     self._failures,
                 )
+                if self.on_io_recovered is not None:
+                    self.on_io_recovered(self.directory)
             self.failed = None
             self._failures = 0
             self._backoff = MIN_BACKOFF
@@ -218,6 +264,10 @@ class SingleDirectoryDbLedgerStorage:
         Work is batched per ledger so the per-entry Python cost is small,
         and the thread yields between ledgers and index chunks: it shares
         the GIL with the event loop serving adds."""
+        if self.read_only_indexes:
+            raise OSError(
+                errno.EROFS, f"{self.directory}: indexes are read-only until the disk has room"
+            )
         t0 = time.monotonic()
         cache = self._flushing
         batch = self._unindexed
@@ -346,11 +396,22 @@ class SingleDirectoryDbLedgerStorage:
         loop = asyncio.get_running_loop()
 
         def _close() -> None:
-            self.manager.close()
-            self.entry_logger.close()
-            self.locations.close()
-            self.ledger_index.flush()
-            self.ledger_index.close()
+            # Each step on its own: on a full disk some fail, and what they
+            # would have written is still in the journal.
+            steps = (
+                ("entry logs", self.manager.close),
+                ("readers", self.entry_logger.close),
+                ("location index", self.locations.close),
+                ("ledger index sync", self.ledger_index.flush),
+                ("ledger index", self.ledger_index.close),
+            )
+            for what, step in steps:
+                if what == "ledger index sync" and self.read_only_indexes:
+                    continue
+                try:
+                    step()
+                except Exception as e:
+                    log.error("%s: closing the %s failed: %s", self.directory, what, e)
 
         await loop.run_in_executor(self._executor, _close)
         self._executor.shutdown(wait=True)

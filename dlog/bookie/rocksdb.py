@@ -9,15 +9,21 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from rocksdict import Options, Rdict, WriteOptions
+from rocksdict import AccessType, Options, Rdict, WriteOptions
 
 
-def open_db(path: Path) -> Rdict:
+def open_db(path: Path, *, read_only: bool = False) -> Rdict:
+    """Open (creating) a database; ``read_only`` writes nothing at all, so it
+    works on a full disk, where a read-write open fails (it appends to the
+    MANIFEST)."""
     opts = Options(raw_mode=True)
-    opts.create_if_missing(True)
+    opts.create_if_missing(not read_only)
     opts.set_max_open_files(256)
     opts.set_keep_log_file_num(2)
-    return Rdict(str(path), options=opts)
+    with io_errors(f"opening {path}"):
+        if read_only:
+            return Rdict(str(path), options=opts, access_type=AccessType.read_only())
+        return Rdict(str(path), options=opts)
 
 
 def sync_write_options() -> WriteOptions:
@@ -38,6 +44,8 @@ def io_errors(what: str) -> Iterator[None]:
         text = str(e)
         if "No space left" in text:
             code = errno.ENOSPC
+        elif "read only" in text.lower():
+            code = errno.EROFS
         elif "IO error" in text or "Input/output" in text:
             code = errno.EIO
         else:
