@@ -17,7 +17,8 @@ Actions:
 * ``short``: at a write, write part of the bytes, then fail with ENOSPC.
 
 ``action*N`` fires N times, then the failpoint disarms itself (a disk that
-fails for a while, then recovers, in a process the test cannot reconfigure).
+fails for a while, then recovers, in a process the test cannot reconfigure);
+``action+K`` lets the first K passes go by (``enospc+3*2``: the 4th and 5th).
 
 Coroutines use :func:`afailpoint`. In-process tests can also :func:`arm` a
 :class:`Gate` there: the first coroutine to arrive parks until the test
@@ -62,6 +63,7 @@ def configure(spec: str) -> None:
     _ACTIVE.clear()
     _ACTIVE.update(_parse(spec))
     _REMAINING.clear()
+    _SKIPPED.clear()
     _GATES.clear()
     for gate in list(_PARKED):  # a test that failed half way must not hang its teardown
         gate.release(FailpointError(f"failpoint {gate.name}: released by a reset"))
@@ -72,12 +74,21 @@ _IO_ERRNO = {"enospc": errno.ENOSPC, "eio": errno.EIO}
 _REMAINING: dict[str, int] = {}
 
 
+_SKIPPED: dict[str, int] = {}
+
+
 def _take(name: str) -> str | None:
-    """The action armed at ``name`` (consuming one firing of ``action*N``)."""
+    """The action armed at ``name`` (honouring ``+K`` and ``*N``), or None."""
     action = _ACTIVE.get(name)
     if action is None:
         return None
-    base, star, times = action.partition("*")
+    action, star, times = action.partition("*")
+    base, plus, skip = action.partition("+")
+    if plus:
+        seen = _SKIPPED.get(name, 0)
+        if seen < int(skip or 0):
+            _SKIPPED[name] = seen + 1
+            return None
     if star:
         left = _REMAINING.get(name)
         if left is None:
