@@ -2,7 +2,11 @@
 
 A directory whose disk is used above ``diskUsageThreshold`` is full; it is
 writable again only below ``diskUsageLwmThreshold``, so the bookie does not
-flap. The bookie turns read-only while any directory it writes to is full.
+flap. Above ``diskUsageWarnThreshold`` a warning is logged (once per
+crossing). The bookie turns read-only while any directory it writes to is
+full; a write that fails with ENOSPC marks its directory full at once
+(:meth:`DiskMonitor.mark_full`), and it stays full until below the
+low-water mark.
 """
 
 from __future__ import annotations
@@ -31,12 +35,15 @@ class DiskMonitor:
         threshold: float,
         lwm_threshold: float,
         interval_ms: int,
+        warn_threshold: float = 1.0,
         on_change: Callable[[set[Path]], None],
         usage: Callable[[Path], float] = usage_fraction,
     ) -> None:
         self.dirs = dirs
         self.threshold = threshold
         self.lwm = lwm_threshold
+        self.warn = warn_threshold
+        self.warned: set[Path] = set()
         self.interval = interval_ms / 1000.0
         self.full: set[Path] = set()
         self._on_change = on_change
@@ -53,6 +60,16 @@ class DiskMonitor:
                 log.error("cannot stat %s: %s; treating it as full", d, e)
                 self.full.add(d)
                 continue
+            if used > self.warn and d not in self.warned and d not in self.full:
+                self.warned.add(d)
+                log.warning(
+                    "%s is %.1f%% used, above diskUsageWarnThreshold %.1f%%",
+                    d,
+                    used * 100,
+                    self.warn * 100,
+                )
+            elif used <= self.warn:
+                self.warned.discard(d)
             if d in self.full:
                 if used < self.lwm:
                     log.info("%s is writable again (%.1f%% used)", d, used * 100)

@@ -192,3 +192,38 @@ async def test_a_failed_index_write_is_retried_without_rewriting_the_logs(tmp_pa
         check_all(s, written)
     finally:
         await s.close()
+
+
+def test_disk_monitor_thresholds(caplog: pytest.LogCaptureFixture) -> None:
+    """Full above diskUsageThreshold, writable again only below
+    diskUsageLwmThreshold; a warning above diskUsageWarnThreshold; ENOSPC
+    marks a directory full at once, until below the low-water mark."""
+    from dlog.bookie.disk import DiskMonitor
+
+    d = Path("/ledgers")
+    used = {d: 0.5}
+    changes: list[set[Path]] = []
+    mon = DiskMonitor(
+        [d],
+        threshold=0.95,
+        lwm_threshold=0.90,
+        warn_threshold=0.85,
+        interval_ms=1000,
+        on_change=changes.append,
+        usage=lambda p: used[p],
+    )
+    assert mon.check() == set()
+    used[d] = 0.87
+    with caplog.at_level("WARNING"):
+        assert mon.check() == set()
+    assert "diskUsageWarnThreshold" in caplog.text
+    used[d] = 0.96
+    assert mon.check() == {d} and changes == [{d}]
+    used[d] = 0.92  # below the threshold, above the low-water mark: still full
+    assert mon.check() == {d}
+    used[d] = 0.89
+    assert mon.check() == set() and changes == [{d}, set()]
+    mon.mark_full(d)  # a write failed with ENOSPC at 89%
+    assert mon.full == {d} and changes[-1] == {d}
+    used[d] = 0.5
+    assert mon.check() == set()
