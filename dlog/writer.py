@@ -16,6 +16,9 @@ metadata update and go into the next segment, in order.
 A writer that loses its lock (ZooKeeper session expiry) or whose ledger is
 fenced by a newer writer fails its pending and later writes with
 LockingError / WriteFencedError: there is never a second active writer.
+Once it knows either, it reports that rather than any other failure (such
+as bookies that timed out while the process stalled): it is why the writer
+can never write again.
 """
 
 from __future__ import annotations
@@ -283,8 +286,7 @@ class LogWriter:
         try:
             entry_fut = seg.handle.append_nowait(data)
         except BKError as e:
-            error = self._map_error(e)
-            self._set_error(error)
+            error = self._write_failed(e)
             for fut, _ in futures:
                 _fail(fut, error)
             return
@@ -306,8 +308,7 @@ class LogWriter:
     ) -> None:
         exc = entry_fut.exception()
         if exc is not None:
-            error = self._map_error(exc)
-            self._set_error(error)
+            error = self._write_failed(exc)
             for fut, _ in futures:
                 _fail(fut, error)
             return
@@ -350,8 +351,27 @@ class LogWriter:
             return BKTransmitError(f"stream {self.name!r}: writing to bookies failed: {exc}")
         return BKTransmitError(f"stream {self.name!r}: writing to bookies failed: {exc!r}")
 
+    def _write_failed(self, exc: BaseException) -> DLogError:
+        """Record that a write failed; returns the error to report for it.
+        What the writer knows about its ownership comes first: once its lock
+        is lost or its ledger fenced, that is why nothing more can be
+        written, whatever else the bookies or ZooKeeper said."""
+        error = self._map_error(exc)
+        self._set_error(error)
+        known = self._error
+        if known is not None and _is_ownership_error(known) and not _is_ownership_error(error):
+            return known
+        return error
+
     def _set_error(self, error: DLogError) -> None:
+        """Fail the writer for good. The first error sticks, except that
+        losing the lock or being fenced replaces any other: it is the cause
+        later writes report."""
         if self._error is not None:
+            if _is_ownership_error(self._error) or not _is_ownership_error(error):
+                return
+            log.error("stream %s: writer failed: %s (after: %s)", self.name, error, self._error)
+            self._error = error
             return
         self._error = error
         log.error("stream %s: writer failed: %s", self.name, error)
@@ -599,6 +619,11 @@ class LogWriter:
             await self.log.purge_expired()
         except Exception as e:
             log.warning("stream %s: retention purge failed: %s", self.name, e)
+
+
+def _is_ownership_error(error: DLogError | None) -> bool:
+    """Lost lock or fenced: this writer no longer owns the stream."""
+    return isinstance(error, (LockingError, WriteFencedError))
 
 
 def _fail(fut: asyncio.Future[DLSN], error: DLogError) -> None:

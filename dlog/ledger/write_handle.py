@@ -12,6 +12,13 @@ LAC + 1, then re-sends every unacknowledged entry whose write set included
 the failed bookie. Acknowledged entries already had their ack quorum, so
 none is lost; responses from a replaced bookie are ignored, so none is
 counted twice.
+
+A bookie answering EFENCED (another client is recovering the ledger) fails
+the handle at once: that is never a reason to change the ensemble. And when
+a change fails (no bookie to replace the failed one, ZooKeeper errors), the
+handle reads the metadata before giving up: a ledger that another client is
+recovering or closed fails with LedgerFencedError, the real cause, not with
+whatever the change ran into first.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from dlog.errors import (
     LedgerClosedError,
     LedgerFencedError,
     MetadataVersionError,
+    NoSuchLedgerError,
     UnauthorizedAccessError,
     WriteError,
 )
@@ -331,10 +339,19 @@ class WriteHandle:
                         op.acked.discard(i)
                     unsent = [i for i in op.write_set if i not in op.sent_gen]
                     self._send(op, sorted(set(resend) | set(unsent)))
-        except BKError as e:
-            self._fail(e)
-        except Exception as e:  # metadata store unreachable and the like
-            self._fail(WriteError(f"ledger {self.ledger_id}: ensemble change failed: {e!r}"))
+        except Exception as e:
+            error = (
+                e
+                if isinstance(e, BKError)  # e.g. no bookie to replace the failed one
+                else WriteError(f"ledger {self.ledger_id}: ensemble change failed: {e!r}")
+            )
+            if self._error is None:
+                # A writer that stalled (a GC pause) or lost its network sees
+                # its adds time out, and with no spare bookie the change fails
+                # here, before its compare-and-set could learn the truth:
+                # another client is recovering the ledger. That is the cause.
+                error = await self._fenced_by_recovery() or error
+            self._fail(error)
         finally:
             self._changing = False
         # Entries appended while the metadata update was in flight.
@@ -343,6 +360,44 @@ class WriteHandle:
                 unsent = [i for i in op.write_set if i not in op.sent_gen]
                 if unsent:
                     self._send(op, unsent)
+
+    async def _fenced_by_recovery(self) -> LedgerFencedError | None:
+        """LedgerFencedError if another client is recovering this ledger or
+        closed it, from its metadata: recovery marks it IN_RECOVERY before
+        it fences a single bookie, so the metadata knows before any bookie
+        says EFENCED. Read errors are retried until ZooKeeper answers (a
+        session being replaced after expiry takes a moment), for up to the
+        ZooKeeper session timeout; None if the question stays open."""
+        store = self.client.metadata_store
+        loop = self._loop
+        deadline = loop.time() + max(self._timeout, self.client.conf.zk_timeout / 1000.0)
+        delay = 0.05
+        while True:
+            try:
+                current, _ = await asyncio.wait_for(
+                    store.read(self.ledger_id), max(0.0, deadline - loop.time())
+                )
+            except NoSuchLedgerError:
+                return None
+            except Exception as e:
+                if loop.time() + delay >= deadline:
+                    log.warning(
+                        "ledger %d: could not read its metadata to tell whether it was fenced: %r",
+                        self.ledger_id,
+                        e,
+                    )
+                    return None
+                await asyncio.sleep(delay)
+                delay = min(1.0, delay * 2)
+                continue
+            if current.is_closed or (
+                current.state == LedgerState.IN_RECOVERY and not self._recovery
+            ):
+                state = "closed" if current.is_closed else "being recovered"
+                return LedgerFencedError(
+                    f"ledger {self.ledger_id} was fenced: it is {state} by another client"
+                )
+            return None
 
     async def _write_ensemble(self, start: int, ensemble: list[str]) -> None:
         store = self.client.metadata_store
