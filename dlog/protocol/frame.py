@@ -13,7 +13,15 @@ DEFAULT_MAX_FRAME_SIZE = 5 * 1024 * 1024
 
 
 class FrameTooLargeError(ProtocolError):
+    """A frame length over the limit (or negative). ``frames`` holds the good
+    frames decoded before it in the same :meth:`FrameDecoder.feed`, so a
+    server can still answer them before it closes the connection."""
+
     default_message = "frame exceeds the maximum frame size"
+
+    def __init__(self, message: str | None = None, frames: list[memoryview] | None = None) -> None:
+        super().__init__(message)
+        self.frames: list[memoryview] = frames or []
 
 
 def encode_frame(payload: bytes) -> bytes:
@@ -24,7 +32,8 @@ def encode_frame(payload: bytes) -> bytes:
 class FrameDecoder:
     """Incremental decoder: :meth:`feed` bytes as they arrive, get whole
     frame payloads back. A length over ``max_frame_size`` (or a negative
-    one) raises :class:`FrameTooLargeError`; the caller closes the stream.
+    one) raises :class:`FrameTooLargeError` carrying the frames before it,
+    and drops whatever was buffered; the caller closes the stream.
 
     Payloads are zero-copy ``memoryview`` slices of immutable ``bytes``, so
     they stay valid after the next :meth:`feed`; protobuf parses them
@@ -61,10 +70,13 @@ class FrameDecoder:
         while end - pos >= HEADER_SIZE:
             size = int.from_bytes(view[pos : pos + 4], "big", signed=True)
             if size < 0 or size > limit:
+                self._chunks = []
+                self._buffered = 0
                 raise FrameTooLargeError(
                     f"frame of {size} bytes exceeds nettyMaxFrameSizeBytes={limit}"
                     if size >= 0
-                    else f"negative frame length {size}"
+                    else f"negative frame length {size}",
+                    frames,
                 )
             start = pos + HEADER_SIZE
             if end - start < size:
