@@ -47,6 +47,49 @@ class BookieConfig(Config):
         min=1024,
         unit="bytes",
     )
+    max_adds_in_progress_limit: int = setting(
+        "maxAddsInProgressLimit",
+        0,
+        "Most adds in progress (received, not yet answered) on the bookie; at the "
+        "limit it stops reading from connections until an add completes (0 = unlimited).",
+        min=0,
+    )
+    max_reads_in_progress_limit: int = setting(
+        "maxReadsInProgressLimit",
+        0,
+        "Most reads in progress (entry and LAC reads; long polls waiting for the LAC "
+        "do not count) on the bookie; at the limit it stops reading from connections "
+        "until a read completes (0 = unlimited).",
+        min=0,
+    )
+    frame_read_timeout_ms: int = setting(
+        "frameReadTimeoutMs",
+        30000,
+        "A frame whose first bytes arrived must arrive in full within this time, or the "
+        "connection is closed. Time the bookie itself stops reading (back-pressure) does "
+        "not count (0 = no limit).",
+        min=0,
+        unit="ms",
+    )
+    connection_idle_timeout_ms: int = setting(
+        "connectionIdleTimeoutMs",
+        0,
+        "Close a connection that sent no request for this long and has none "
+        "outstanding (0 = never). Off by default: an idle connection holds a few KiB, "
+        "and a request racing the close fails like a lost bookie, making a writer "
+        "change its ensemble.",
+        min=0,
+        unit="ms",
+    )
+    max_buffered_frame_bytes: int = setting(
+        "maxBufferedFrameBytes",
+        128 * 1024 * 1024,
+        "Most bytes of incomplete frames buffered across all connections; past it the "
+        "connections whose frames have waited longest are closed (0 = unlimited). At "
+        "least nettyMaxFrameSizeBytes.",
+        min=0,
+        unit="bytes",
+    )
     metadata_service_uri: str = setting(
         "metadataServiceUri",
         "zk+hierarchical://localhost:2181/ledgers",
@@ -243,6 +286,12 @@ class BookieConfig(Config):
     )
 
     def validate(self) -> None:
+        if 0 < self.max_buffered_frame_bytes < self.netty_max_frame_size_bytes:
+            raise ConfigError(
+                "maxBufferedFrameBytes",
+                f"must be 0 or at least nettyMaxFrameSizeBytes ({self.netty_max_frame_size_bytes})"
+                ", or a largest frame could never be received",
+            )
         if self.disk_usage_lwm_threshold > self.disk_usage_threshold:
             raise ConfigError(
                 "diskUsageLwmThreshold",
