@@ -60,7 +60,16 @@ class BookieMetrics:
             "bookie_write_close_requests", "BP-32 write-close hints received.", ["known"]
         )
         self.closed_connections = loop.counter(
-            "bookie_protocol_errors", "Connections closed for a protocol violation.", ["reason"]
+            "bookie_connections_closed",
+            "Client connections closed, by reason: peer (the client closed it), idle, "
+            "frame_timeout, buffer_limit, frame_too_large, undecodable, shutdown.",
+            ["reason"],
+        )
+        self.in_progress_pauses = loop.counter(
+            "bookie_in_progress_limit_pauses",
+            "Times the bookie stopped reading requests because maxAddsInProgressLimit "
+            "or maxReadsInProgressLimit was reached.",
+            ["operation"],
         )
         self.journal_queue = Gauge(
             "bookie_journal_queue_size", "Records waiting to be durable in the journal.", registry=r
@@ -75,3 +84,17 @@ class BookieMetrics:
         )
         self.read_only = Gauge("bookie_read_only", "1 while the bookie is read-only.", registry=r)
         self.connections = Gauge("bookie_connections", "Open client connections.", registry=r)
+        # Read at scrape time through set_function (see BookieServer): no lock per request.
+        self.adds_in_progress = Gauge(
+            "bookie_adds_in_progress", "Adds received and not yet answered.", registry=r
+        )
+        self.reads_in_progress = Gauge(
+            "bookie_reads_in_progress",
+            "Entry and LAC reads received and not yet answered (long polls excluded).",
+            registry=r,
+        )
+        self.buffered_frame_bytes = Gauge(
+            "bookie_buffered_frame_bytes",
+            "Bytes of incomplete request frames held across all connections.",
+            registry=r,
+        )

@@ -3,6 +3,11 @@
 Requests on one connection are pipelined: each is handled as it arrives
 and answered when its operation completes, matched by ``txnId``. Adds and
 cache-hit reads are answered without creating a task.
+
+Adds and reads in progress (handled, not yet answered) are counted here so
+the server can enforce ``maxAddsInProgressLimit`` and
+``maxReadsInProgressLimit``: it asks :meth:`RequestProcessor.kind` before
+handing a request over, and ``on_release`` tells it when one completes.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from dlog.errors import EBADREQ, EIO, EOK, STATUS_NAMES
@@ -22,6 +28,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _OP_LABELS = {op: name.lower() for op, name in m.OP_NAMES.items()}
+
+#: Request kinds limited by maxAddsInProgressLimit / maxReadsInProgressLimit.
+ADD = "add"
+READ = "read"
 
 
 class Responder(Protocol):
@@ -36,6 +46,35 @@ class RequestProcessor:
         self.metrics = bookie.metrics
         self._labels: dict[tuple[int, int], tuple[str, str]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self.adds_in_progress = 0
+        self.reads_in_progress = 0
+        #: High-water marks since start: a limit that was ever exceeded shows here.
+        self.max_adds_in_progress = 0
+        self.max_reads_in_progress = 0
+        #: Called after an add or read completes (the server wakes blocked connections).
+        self.on_release: Callable[[], None] | None = None
+
+    @staticmethod
+    def kind(req: Request) -> str | None:
+        """ADD or READ for a request that counts against an in-progress
+        limit, else None. Long polls only wait for the LAC; counting them
+        would let idle tailing readers starve real reads."""
+        op = req.header.operation
+        if op == m.ADD_ENTRY:
+            return ADD
+        if op == m.READ_LAC or (op == m.READ_ENTRY and not req.readRequest.HasField("previousLAC")):
+            return READ
+        return None
+
+    def _read_started(self) -> None:
+        n = self.reads_in_progress = self.reads_in_progress + 1
+        if n > self.max_reads_in_progress:
+            self.max_reads_in_progress = n
+
+    def _read_done(self) -> None:
+        self.reads_in_progress -= 1
+        if self.on_release is not None:
+            self.on_release()
 
     def _count(self, op: int, status: int) -> None:
         key = (op, status)
@@ -66,6 +105,7 @@ class RequestProcessor:
             elif op == m.READ_ENTRY:
                 self._read(req, conn)
             elif op == m.READ_LAC:
+                self._read_started()
                 self._spawn(self._read_lac(req, conn))
             elif op == m.WRITE_LAC:
                 self._write_lac(req, conn)
@@ -93,19 +133,37 @@ class RequestProcessor:
         lid, eid = ar.ledgerId, ar.entryId
         t0 = time.monotonic()
         latency = self.metrics.add_latency
+        answered = False
 
         def respond(status: int) -> None:
+            nonlocal answered
+            if answered:
+                return
+            answered = True
             conn.send_bytes(m.encode_add_response(txn, status, lid, eid))
             latency.observe(time.monotonic() - t0)
             self._count(m.ADD_ENTRY, status)
+            self.adds_in_progress -= 1
+            if self.on_release is not None:
+                self.on_release()
 
+        n = self.adds_in_progress = self.adds_in_progress + 1
+        if n > self.max_adds_in_progress:
+            self.max_adds_in_progress = n
         recovery = ar.HasField("flag") and ar.flag == m.RECOVERY_ADD
-        self.bookie.add_entry(lid, eid, ar.masterKey, ar.body, recovery, respond)
+        try:
+            self.bookie.add_entry(lid, eid, ar.masterKey, ar.body, recovery, respond)
+        except Exception:
+            log.exception("add of ledger %d entry %d failed", lid, eid)
+            respond(EIO)
 
     def _read(self, req: Request, conn: Responder) -> None:
         rr = req.readRequest
         flag = rr.flag if rr.HasField("flag") else 0
-        if flag != m.FENCE_LEDGER and not rr.HasField("previousLAC"):
+        if rr.HasField("previousLAC"):
+            self._spawn(self._long_poll(req, conn, flag))
+            return
+        if flag != m.FENCE_LEDGER:
             hit = self.bookie.cached_read(rr.ledgerId, rr.entryId)
             if hit is not None:
                 status, body, lac = hit
@@ -113,8 +171,29 @@ class RequestProcessor:
                     m.read_response(req.header.txnId, status, rr.ledgerId, rr.entryId, body, lac)
                 )
                 self._count(m.READ_ENTRY, status)
+                self._read_started()
+                self._read_done()
                 return
+        self._read_started()
         self._spawn(self._read_async(req, conn, flag))
+
+    async def _long_poll(self, req: Request, conn: Responder, flag: int) -> None:
+        rr = req.readRequest
+        txn = req.header.txnId
+        lid, eid = rr.ledgerId, rr.entryId
+        try:
+            status, lac = await self.bookie.wait_for_lac(lid, rr.previousLAC, rr.timeOut)
+            body = None
+            if status == EOK and flag == m.ENTRY_PIGGYBACK and lac >= eid >= 0:
+                s2, body, _ = await self.bookie.read_entry(lid, eid)
+                if s2 != EOK:
+                    body = None
+            conn.send(m.read_response(txn, status, lid, eid, body, lac))
+            self._count(m.READ_ENTRY, status)
+        except Exception:
+            log.exception("long poll of ledger %d entry %d failed", lid, eid)
+            conn.send(m.read_response(txn, EIO, lid, eid))
+            self._count(m.READ_ENTRY, EIO)
 
     async def _read_async(self, req: Request, conn: Responder, flag: int) -> None:
         rr = req.readRequest
@@ -122,16 +201,6 @@ class RequestProcessor:
         lid, eid = rr.ledgerId, rr.entryId
         t0 = time.monotonic()
         try:
-            if rr.HasField("previousLAC"):
-                status, lac = await self.bookie.wait_for_lac(lid, rr.previousLAC, rr.timeOut)
-                body = None
-                if status == EOK and flag == m.ENTRY_PIGGYBACK and lac >= eid >= 0:
-                    s2, body, _ = await self.bookie.read_entry(lid, eid)
-                    if s2 != EOK:
-                        body = None
-                conn.send(m.read_response(txn, status, lid, eid, body, lac))
-                self._count(m.READ_ENTRY, status)
-                return
             fence = flag == m.FENCE_LEDGER
             status, body, lac = await self.bookie.read_entry(
                 lid, eid, fence=fence, master_key=rr.masterKey if rr.HasField("masterKey") else None
@@ -145,6 +214,8 @@ class RequestProcessor:
             log.exception("read of ledger %d entry %d failed", lid, eid)
             conn.send(m.read_response(txn, EIO, lid, eid))
             self._count(m.READ_ENTRY, EIO)
+        finally:
+            self._read_done()
 
     async def _read_lac(self, req: Request, conn: Responder) -> None:
         lid = req.readLacRequest.ledgerId
@@ -153,8 +224,11 @@ class RequestProcessor:
         except Exception:
             log.exception("read LAC of ledger %d failed", lid)
             status, lac_body, last = EIO, None, None
-        conn.send(m.read_lac_response(req.header.txnId, status, lid, lac_body, last))
-        self._count(m.READ_LAC, status)
+        try:
+            conn.send(m.read_lac_response(req.header.txnId, status, lid, lac_body, last))
+            self._count(m.READ_LAC, status)
+        finally:
+            self._read_done()
 
     def _write_lac(self, req: Request, conn: Responder) -> None:
         wr = req.writeLacRequest
