@@ -183,6 +183,7 @@ class Bookie:
             self.journal_dirs + self.ledger_dirs,
             threshold=self.conf.disk_usage_threshold,
             lwm_threshold=self.conf.disk_usage_lwm_threshold,
+            warn_threshold=self.conf.disk_usage_warn_threshold,
             interval_ms=self.conf.disk_check_interval,
             on_change=self._disk_changed,
         )

@@ -125,6 +125,13 @@ class BookieConfig(Config):
         min=0.0,
         max=1.0,
     )
+    disk_usage_warn_threshold: float = setting(
+        "diskUsageWarnThreshold",
+        0.95,
+        "Fraction of a disk in use above which a warning is logged.",
+        min=0.0,
+        max=1.0,
+    )
     disk_usage_lwm_threshold: float = setting(
         "diskUsageLwmThreshold",
         0.90,

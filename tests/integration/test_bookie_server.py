@@ -187,9 +187,17 @@ async def test_back_pressure_with_tiny_write_cache(make_bookie) -> None:
     await c.close()
 
 
-async def test_full_disk_turns_read_only(make_bookie, zk: ZooKeeper, zk_root: str) -> None:
-    bookie = await make_bookie(diskUsageThreshold=0.00001, diskUsageLwmThreshold=0.0)
+async def test_full_disk_turns_read_only(
+    make_bookie, zk: ZooKeeper, zk_root: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("WARNING"):
+        bookie = await make_bookie(
+            diskUsageThreshold=0.00001,
+            diskUsageLwmThreshold=0.0,
+            diskUsageWarnThreshold=0.000001,
+        )
     assert bookie.read_only
+    assert "diskUsageWarnThreshold" in caplog.text
     ro_path = f"{zk_root}/ledgers/available/readonly/{bookie.bookie_id}"
     rw_path = f"{zk_root}/ledgers/available/{bookie.bookie_id}"
     assert await zk.exists(ro_path) is not None
