@@ -170,6 +170,14 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
             return None
         return st.durable, st.version
 
+    def _floor(self, subscriber_id: str, version: int | None) -> DLSN | None:
+        st = self._subs.get(subscriber_id)
+        if st is None or st.error is not None:
+            return None
+        if st.switching is None and st.version != version:
+            return None  # written by someone else: not ours to vouch for
+        return st.durable
+
     def _lost(self, subscriber_id: str) -> None:
         # The failed state stays: commits keep failing until the caller
         # acquires again. Dropping it would make the next commit take the

@@ -214,6 +214,11 @@ class SubscriptionsStore(abc.ABC):
         """(position, znode version) of a subscription this store owns."""
         return None
 
+    def _floor(self, subscriber_id: str, version: int | None) -> DLSN | None:
+        """A position this store had acknowledged and still stands by, when
+        :meth:`_owned` cannot answer (a segment switch under way)."""
+        return None
+
     def _lost(self, subscriber_id: str) -> None:  # noqa: B027 - optional hook
         """Another owner wrote the subscription's znode."""
 
@@ -277,6 +282,12 @@ class SubscriptionsStore(abc.ABC):
                     raise self._missing_segment(subscriber_id, znode.segment_id) from None
             if owned is not None:
                 position = max(position, owned[0])
+            elif fmt == SEGMENT_FORMAT:
+                # Mid-switch, this store still owns it: a read must not fall
+                # below what it has had acknowledged itself.
+                floor = self._floor(subscriber_id, version)
+                if floor is not None:
+                    position = max(position, floor)
             return SubscriberInfo(
                 subscriber_id, position, fmt, segment, version, owned is not None, owner
             )

@@ -44,8 +44,7 @@ async def serve(conf: BookieConfig) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await bookie.start()
-    tune_runtime()
+    # Metrics first: once the bookie port answers, so does the endpoint.
     if conf.enable_statistics:
         from prometheus_client import start_http_server
 
@@ -59,6 +58,8 @@ async def serve(conf: BookieConfig) -> int:
             conf.prometheus_stats_http_address,
             conf.prometheus_stats_http_port,
         )
+    await bookie.start()
+    tune_runtime()
 
     async def gauges() -> None:
         tick = 0.1
