@@ -2,14 +2,14 @@
 bookies can live in one process (tests) without clashing.
 
 Hot-path metrics (per request, per journal group) are loop-local
-(:mod:`dlog.metrics`); gauges refreshed once a second use prometheus_client.
+(:mod:`dlog.loop_metrics`); gauges refreshed once a second use prometheus_client.
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from dlog.metrics import LoopMetrics
+from dlog.loop_metrics import LoopMetrics
 
 
 class BookieMetrics:

@@ -35,7 +35,7 @@ from dlog.ledger.placement import EnsemblePlacementPolicy
 from dlog.ledger.read_handle import ReadHandle
 from dlog.ledger.recovery import recover
 from dlog.ledger.write_handle import WriteHandle
-from dlog.metrics import LoopMetrics
+from dlog.loop_metrics import LoopMetrics
 from dlog.uri import parse_metadata_service_uri
 from dlog.zk import ZooKeeper
 
