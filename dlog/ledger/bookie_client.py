@@ -277,11 +277,19 @@ class BookieClientPool:
         self._connecting: SingleFlight[BookieClient] = SingleFlight()
         self.closed = False
 
+    def connected(self, address: str) -> BookieClient | None:
+        """The open connection to ``address``, or None: the hot path sends on
+        it without awaiting; :meth:`get` opens one when there is none."""
+        client = self._clients.get(address)
+        if client is not None and client.connected:
+            return client
+        return None
+
     async def get(self, address: str) -> BookieClient:
         """A connected client for ``address``; BookieHandleNotAvailableError
         when the bookie cannot be reached after a few quick attempts."""
-        client = self._clients.get(address)
-        if client is not None and client.connected:
+        client = self.connected(address)
+        if client is not None:
             return client
         if self.closed:
             from dlog.errors import ClientClosedError

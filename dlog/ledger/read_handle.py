@@ -338,7 +338,7 @@ async def recovery_read(handle: ReadHandle, entry_id: int, *, fence: bool) -> Le
     """Recovery's read of one entry: the entry, or None when enough of its
     write set lacks it (it cannot have been acknowledged). Raises when that
     is undecidable. ``fence`` makes the reads fence the ledger."""
-    md: LedgerMetadata = handle._md
+    md: LedgerMetadata = handle.metadata
     ensemble = md.ensemble_for(entry_id)
     w, a = md.write_quorum_size, md.ack_quorum_size
     missing = 0

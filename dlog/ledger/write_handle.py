@@ -193,8 +193,8 @@ class WriteHandle:
             gen = self._gen[idx]
             op.sent_gen[idx] = gen
             bookie = self.ensemble[idx]
-            conn = pool._clients.get(bookie)
-            if conn is not None and conn.connected:
+            conn = pool.connected(bookie)
+            if conn is not None:
                 self._dispatch(conn, op, idx, gen, bookie)
             else:
                 self._spawn(self._connect_and_send(op, idx, gen, bookie))
