@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import os
 import threading
 from collections.abc import Coroutine
@@ -59,28 +60,43 @@ class LoopThread:
         assert self._loop is not None
         return self._loop
 
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+    def check_caller(self, owner: str = "this dlog event loop thread") -> None:
+        """RuntimeError for a call that could only hang: from a process
+        forked after this thread started (the thread is not there), or from
+        the loop thread itself (it would wait on itself). ``owner`` names
+        what the caller used, for the message."""
+        if self.pid != _pid:
+            raise RuntimeError(
+                f"{owner} belongs to process {self.pid}, not to this process "
+                f"({os.getpid()}): objects opened before a fork cannot be used in "
+                "the child; open them again in the child"
+            )
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("a sync dlog call was made from inside its own event loop thread")
+
+    def submit(
+        self, coro: Coroutine[Any, Any, T], owner: str = "this dlog event loop thread"
+    ) -> concurrent.futures.Future[T]:
+        """Start ``coro`` on the loop; its outcome as a concurrent future
+        (cancelling the future cancels the coroutine)."""
+        try:
+            self.check_caller(owner)
+        except BaseException:
+            coro.close()
+            raise
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(
+        self,
+        coro: Coroutine[Any, Any, T],
+        timeout: float | None = None,
+        owner: str = "this dlog event loop thread",
+    ) -> T:
         """Run ``coro`` on the loop and wait for its result (or exception).
 
         If the wait ends early (``timeout``, KeyboardInterrupt), the coroutine
         is cancelled rather than left running unobserved."""
-        if self.pid != _pid:
-            coro.close()
-            raise RuntimeError(
-                f"this dlog event loop thread belongs to process {self.pid}, not to this "
-                f"process ({os.getpid()}): objects opened before a fork cannot be used in "
-                "the child; open them again in the child"
-            )
-        if threading.current_thread() is self._thread:
-            coro.close()
-            raise RuntimeError("a sync dlog call was made from inside its own event loop thread")
-        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return fut.result(timeout)
-        except BaseException:
-            if not fut.done():
-                fut.cancel()
-            raise
+        return wait(self.submit(coro, owner), timeout)
 
     def stop(self) -> None:
         if self.pid != _pid:
@@ -88,6 +104,17 @@ class LoopThread:
         if self._loop is not None and self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5)
+
+
+def wait(fut: concurrent.futures.Future[T], timeout: float | None = None) -> T:
+    """``fut.result(timeout)``, cancelling ``fut`` if the wait ends early
+    (timeout, KeyboardInterrupt) rather than leaving it running unobserved."""
+    try:
+        return fut.result(timeout)
+    except BaseException:
+        if not fut.done():
+            fut.cancel()
+        raise
 
 
 _default: LoopThread | None = None
