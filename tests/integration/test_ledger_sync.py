@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dlog.errors import LedgerFencedError, NoSuchLedgerError
-from dlog.ledger.sync import SyncBookKeeper
+from dlog.ledger.blocking import SyncBookKeeper
 
 
 def test_sync_write_read_recover(bookie_cluster, ledgers_uri: str) -> None:
