@@ -28,21 +28,22 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from pyspark.sql.datasource import InputPartition
 
 from dlog.dlsn import DLSN, NonInclusiveLowerBound
-from dlog.errors import DLogError, LogEmptyError, LogNotFoundError, NoSuchLedgerError
-from dlog.record import FLAG_CONTROL, FLAG_END_OF_STREAM, decode_entry
+from dlog.errors import DLogError, LogEmptyError, LogNotFoundError
+from dlog.record import FLAG_CONTROL, FLAG_END_OF_STREAM, LogRecordWithDLSN
 from dlog.segment import LogSegmentMetadata
+from dlog.segment_reader import read_entry_records, readable_lac
 from dlog.spark.options import DlogSourceError, DlogSourceOptionError, SourceOptions
 
 if TYPE_CHECKING:
-    from dlog.log import LogManager
+    from dlog.ledger.client import BookKeeper
     from dlog.loop_thread import LoopThread
-    from dlog.namespace import Namespace
+    from dlog.sync import SyncLogManager, SyncSubscriptionsStore
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ _INT64_MAX = (1 << 63) - 1
 #: Above every DLSN: the upper bound of "everything durable".
 MAX_DLSN = DLSN(_INT64_MAX, _INT64_MAX, _INT64_MAX)
 _USER_MASK = FLAG_CONTROL | FLAG_END_OF_STREAM
+T = TypeVar("T")
 
 
 # ---------------------------------------------------------------------------
@@ -383,32 +385,27 @@ def allocate(limit: int, wanted: Mapping[str, int], first: int = 0) -> dict[str,
 # ---------------------------------------------------------------------------
 
 
-def _entry_records(entry_data: bytes, seg: LogSegmentMetadata, entry_id: int) -> list[EntryRecord]:
-    return [
-        EntryRecord(r.dlsn, r.position, not (r.flags & _USER_MASK))
-        for r in decode_entry(
-            entry_data, seg.log_segment_sequence_no, entry_id, seg.start_sequence_id
-        )
-    ]
+def _entry_records(records: Iterable[LogRecordWithDLSN]) -> list[EntryRecord]:
+    return [EntryRecord(r.dlsn, r.position, not (r.flags & _USER_MASK)) for r in records]
 
 
 class DriverSession:
     """The namespace as the driver uses it: metadata, LACs, last DLSNs,
     subscriptions; single entries only to count records. Opens the namespace
-    without binding it (a typo in ``uri`` must not create a namespace) on a
-    loop thread of its own process (fork-safe).
+    without binding it (a typo in ``uri`` must not create a namespace) as a
+    blocking :class:`~dlog.sync.SyncNamespace` on a loop thread of its own
+    process (fork-safe); what only the async side offers (segment lists,
+    single entries of a segment) runs on that namespace's loop thread.
 
     Blocking; close it (or use ``with``)."""
 
     def __init__(self, options: SourceOptions, loop_thread: LoopThread | None = None) -> None:
-        from dlog.loop_thread import default_loop_thread
-        from dlog.namespace import Namespace
+        from dlog.sync import SyncNamespace
 
         self.options = options
-        self._runner = loop_thread or default_loop_thread()
         try:
-            self.namespace: Namespace = self._runner.run(
-                Namespace.open(options.uri, options.config(), bind=False)
+            self.namespace = SyncNamespace.open(
+                options.uri, options.config(), loop_thread=loop_thread, bind=False
             )
         except LogNotFoundError as e:
             raise DlogSourceOptionError("uri", str(e)) from None
@@ -416,21 +413,24 @@ class DriverSession:
             raise DlogSourceOptionError(
                 "uri", f"cannot open namespace {options.uri}: {type(e).__name__}: {e}"
             ) from None
-        assert self.namespace.binding is not None
-        self.metadata_service_uri: str = self.namespace.binding.metadata_service_uri
-        self._logs: dict[str, LogManager] = {}
-        self._stores: dict[str, Any] = {}
-        self._closed = False
+        binding = self.namespace.namespace.binding
+        assert binding is not None
+        self.metadata_service_uri: str = binding.metadata_service_uri
+        self._logs: dict[str, SyncLogManager] = {}
+        self._stores: dict[str, SyncSubscriptionsStore] = {}
+        self._closed: bool = False
 
-    def run(self, coro: Any) -> Any:
-        return self._runner.run(coro)
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the namespace's loop thread (for the calls that
+        have no blocking twin: segments and their entries)."""
+        return self.namespace.loop_thread.run(coro)
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         try:
-            self.run(self.namespace.close())
+            self.namespace.close()
         except Exception:  # closing must not hide the error being raised
             log.debug("closing the namespace failed", exc_info=True)
 
@@ -446,53 +446,42 @@ class DriverSession:
         for stream in self.options.streams:
             self.log(stream)
 
-    def log(self, stream: str) -> LogManager:
+    def _no_stream(self, stream: str) -> DlogSourceOptionError:
+        return DlogSourceOptionError(
+            "stream", f"stream {stream!r} does not exist in namespace {self.options.uri}"
+        )
+
+    def log(self, stream: str) -> SyncLogManager:
         lm = self._logs.get(stream)
         if lm is None:
-
-            async def open_existing() -> LogManager:
-                if not await self.namespace.log_exists(stream):
-                    raise DlogSourceOptionError(
-                        "stream",
-                        f"stream {stream!r} does not exist in namespace {self.options.uri}",
-                    )
-                return await self.namespace.open_log(stream)
-
-            lm = self._logs[stream] = self.run(open_existing())
+            if not self.namespace.log_exists(stream):
+                raise self._no_stream(stream)
+            lm = self._logs[stream] = self.namespace.open_log(stream)
         return lm
 
     def segments(self, stream: str) -> list[LogSegmentMetadata]:
         lm = self.log(stream)
         try:
-            pairs = self.run(lm.store.get_segments(stream))
+            pairs = self._run(lm.log.store.get_segments(stream))
         except LogNotFoundError:
-            raise DlogSourceOptionError(
-                "stream", f"stream {stream!r} does not exist in namespace {self.options.uri}"
-            ) from None
+            raise self._no_stream(stream) from None
         return [seg for seg, _ in pairs]
 
     def lac(self, seg: LogSegmentMetadata) -> int:
         """The last entry readable now in an in-progress segment (-1: none)."""
-
-        async def go() -> int:
-            bk = self.namespace.bk
-            try:
-                handle = await bk.open_ledger(seg.ledger_id, self._password(), recovery=False)
-            except NoSuchLedgerError:
-                return -1
-            try:
-                return await handle.read_last_add_confirmed()
-            finally:
-                await handle.close()
-
-        return self.run(go())
+        return self._run(readable_lac(self._bk, seg, self._password))
 
     def last_dlsn(self, stream: str) -> DLSN | None:
         try:
-            return self.run(self.log(stream).get_last_dlsn())
+            return self.log(stream).get_last_dlsn()
         except LogEmptyError:
             return None
 
+    @property
+    def _bk(self) -> BookKeeper:
+        return self.namespace.namespace.bk
+
+    @property
     def _password(self) -> bytes:
         return self.namespace.conf.bk_digest_pw.encode()
 
@@ -504,22 +493,15 @@ class DriverSession:
             key = (seg.ledger_id, entry_id)
             records = cache.get(key)
             if records is None:
-
-                async def go() -> bytes:
-                    bk = self.namespace.bk
-                    handle = await bk.open_ledger(seg.ledger_id, self._password(), recovery=False)
-                    try:
-                        return (await handle.read_unconfirmed(entry_id, entry_id))[0].data
-                    finally:
-                        await handle.close()
-
-                records = cache[key] = _entry_records(self.run(go()), seg, entry_id)
+                records = cache[key] = _entry_records(
+                    self._run(read_entry_records(self._bk, seg, self._password, entry_id))
+                )
             return records
 
         return read
 
     # -- subscriptions ------------------------------------------------------------
-    def _store(self, stream: str) -> Any:
+    def _store(self, stream: str) -> SyncSubscriptionsStore:
         store = self._stores.get(stream)
         if store is None:
             store = self._stores[stream] = self.log(stream).subscriptions
@@ -528,14 +510,14 @@ class DriverSession:
     def committed(self, stream: str, subscriber_id: str) -> DLSN | None:
         """The subscription's last commit, None if it never committed.
         Reading never fences the subscription's owner."""
-        info = self.run(self._store(stream).describe(subscriber_id))
+        info = self._store(stream).describe(subscriber_id)
         if info.format == "none":
             return None
         return info.position
 
     def commit(self, stream: str, subscriber_id: str, dlsn: DLSN) -> None:
         """Advance the subscription (a no-op unless ``dlsn`` is past it)."""
-        self.run(self._store(stream).advance_commit_position(subscriber_id, dlsn))
+        self._store(stream).advance_commit_position(subscriber_id, dlsn)
 
     # -- planning --------------------------------------------------------------------
     def plan(
