@@ -1,9 +1,21 @@
 """One exception hierarchy for all of dlog.
 
-Every error carries the status code its upstream system uses (BookKeeper's
-``BKException.Code`` for storage errors, DistributedLog's thrift
-``StatusCode`` for log errors) and a ``retriable`` flag, so callers and the
-retry policy in :mod:`dlog.retry` decide from data, not from class names.
+Every error carries the status code its upstream system uses and a
+``retriable`` flag, so callers and the retry policy in :mod:`dlog.retry`
+decide from data, not from class names (as aiokafka's errors do)::
+
+    DLogError                      root; DistributedLog's UNEXPECTED (600)
+    ├── ConfigError                a bad configuration key or value
+    ├── BKError                    ledger client errors: BookKeeper's BKException.Code
+    ├── BookieError                bookie server errors: BookieException.Code
+    │   └── BookieIOError          a disk failed (JournalError is also an OSError)
+    └── LogError                   log errors: DistributedLog's thrift StatusCode
+        └── ZooKeeperError         ZK_EXCEPTION (505); ``zk_code`` is ZooKeeper's
+                                   KeeperException.Code (NoNodeError, ...)
+
+:mod:`dlog.zk` is the one place that talks to kazoo: it turns every kazoo
+exception into a :class:`ZooKeeperError`, so no other module needs to know
+kazoo's classes.
 """
 
 from __future__ import annotations
@@ -103,12 +115,6 @@ class BookieHandleNotAvailableError(BKError):
     code = -8
     retriable = True
     default_message = "bookie handle is not available"
-
-
-class ZKError(BKError):
-    code = -9
-    retriable = True
-    default_message = "ZooKeeper operation failed"
 
 
 class LedgerRecoveryError(BKError):
@@ -247,6 +253,19 @@ class DiskFullError(BookieIOError):
     default_message = "all ledger directories are full"
 
 
+class JournalError(BookieIOError, OSError):
+    """A journal write or sync failed. Also an OSError, as the bookie's I/O
+    paths catch OSError and decide from ``errno`` (ENOSPC: read-only until
+    there is room again)."""
+
+    default_message = "journal I/O error"
+
+    def __init__(self, message: str | None = None, *, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
+        self.strerror = self.message
+
+
 class CorruptedFileError(BookieError):
     """A journal, entry log or index file is not in the expected format."""
 
@@ -258,34 +277,35 @@ class CorruptedFileError(BookieError):
 # ---------------------------------------------------------------------------
 
 
-class DLError(DLogError):
-    """A log-level error. ``code`` is DistributedLog's StatusCode."""
+class LogError(DLogError):
+    """A log-level error (DistributedLog's DLException). ``code`` is
+    DistributedLog's StatusCode."""
 
     code = 500
     default_message = "internal server error"
 
 
-class InvalidStreamNameError(DLError, ValueError):
+class InvalidStreamNameError(LogError, ValueError):
     code = 602
     default_message = "invalid stream name"
 
 
-class LogNotFoundError(DLError):
+class LogNotFoundError(LogError):
     code = 510
     default_message = "log not found"
 
 
-class LogExistsError(DLError):
+class LogExistsError(LogError):
     code = 522
     default_message = "log already exists"
 
 
-class LogEmptyError(DLError):
+class LogEmptyError(LogError):
     code = 509
     default_message = "log is empty"
 
 
-class LockingError(DLError):
+class LockingError(LogError):
     code = 504
     default_message = "could not acquire or lost the stream lock"
 
@@ -296,20 +316,14 @@ class OwnershipAcquireFailedError(LockingError):
     default_message = "another writer owns the stream"
 
 
-class WriteFencedError(DLError):
+class WriteFencedError(LogError):
     """This writer was fenced by a newer owner of the stream."""
 
     code = 504
     default_message = "writer was fenced by a newer owner"
 
 
-class ZooKeeperError(DLError):
-    code = 505
-    retriable = True
-    default_message = "ZooKeeper error"
-
-
-class MetadataError(DLError):
+class MetadataError(LogError):
     code = 506
     default_message = "metadata exception"
 
@@ -328,29 +342,29 @@ class LogMetadataVersionError(MetadataError):
     default_message = "log metadata changed underneath us"
 
 
-class BKTransmitError(DLError):
+class BKTransmitError(LogError):
     code = 507
     retriable = True
     default_message = "failed to transmit to bookkeeper"
 
 
-class FlushTimeoutError(DLError):
+class FlushTimeoutError(LogError):
     code = 508
     retriable = True
     default_message = "flush timed out"
 
 
-class TruncatedTransactionError(DLError):
+class TruncatedTransactionError(LogError):
     code = 511
     default_message = "position has been truncated"
 
 
-class EndOfStreamError(DLError):
+class EndOfStreamError(LogError):
     code = 512
     default_message = "end of stream reached"
 
 
-class TransactionIdOutOfOrderError(DLError):
+class TransactionIdOutOfOrderError(LogError):
     code = 513
     default_message = "transaction id out of order"
 
@@ -360,57 +374,57 @@ class TransactionIdOutOfOrderError(DLError):
         super().__init__(f"transaction id {txid} is smaller than the last written {last_txid}")
 
 
-class LogWriteError(DLError):
+class LogWriteError(LogError):
     """A log write failed (DistributedLog's WriteException)."""
 
     code = 514
     default_message = "write failed"
 
 
-class StreamUnavailableError(DLError):
+class StreamUnavailableError(LogError):
     code = 515
     retriable = True
     default_message = "stream unavailable"
 
 
-class WriteCancelledError(DLError):
+class WriteCancelledError(LogError):
     code = 516
     default_message = "write cancelled"
 
 
-class OverCapacityError(DLError):
+class OverCapacityError(LogError):
     code = 517
     retriable = True
     default_message = "over capacity"
 
 
-class StreamNotReadyError(DLError):
+class StreamNotReadyError(LogError):
     code = 518
     retriable = True
     default_message = "stream not ready"
 
 
-class InvalidEnvelopedEntryError(DLError):
+class InvalidEnvelopedEntryError(LogError):
     code = 520
     default_message = "invalid enveloped entry"
 
 
-class ChecksumFailedError(DLError):
+class ChecksumFailedError(LogError):
     code = 523
     default_message = "checksum failed"
 
 
-class AlreadyClosedError(DLError):
+class AlreadyClosedError(LogError):
     code = 502
     default_message = "already closed"
 
 
-class IllegalStateError(DLError):
+class IllegalStateError(LogError):
     code = 603
     default_message = "illegal state"
 
 
-class InvalidRecordError(DLError, ValueError):
+class InvalidRecordError(LogError, ValueError):
     """Bytes that should hold a record, a record set or a DLSN do not."""
 
     code = 520
@@ -421,28 +435,28 @@ class InvalidDLSNError(InvalidRecordError):
     default_message = "invalid DLSN"
 
 
-class RecordTooLargeError(DLError, ValueError):
+class RecordTooLargeError(LogError, ValueError):
     code = 413
     default_message = "record too large"
 
 
-class ReadCancelledError(DLError):
+class ReadCancelledError(LogError):
     code = 1002
     default_message = "read cancelled"
 
 
-class LogReadError(DLError):
+class LogReadError(LogError):
     code = 1001
     default_message = "log read error"
 
 
-class RetryableReadError(DLError):
+class RetryableReadError(LogError):
     code = 1000
     retriable = True
     default_message = "retryable read error"
 
 
-class IdleReaderError(DLError):
+class IdleReaderError(LogError):
     code = 1000
     retriable = True
     default_message = "reader has been idle for too long"
@@ -464,14 +478,132 @@ class SubscriptionCorruptedError(MetadataError):
     default_message = "subscription segment is missing"
 
 
-class SubscriptionNotFoundError(DLError):
+class SubscriptionNotFoundError(LogError):
     code = 510
     default_message = "subscription not found"
 
 
-class MigrationError(DLError):
+class MigrationError(LogError):
     code = 603
     default_message = "migration refused"
+
+
+# ---------------------------------------------------------------------------
+# ZooKeeper errors (DistributedLog's ZK_EXCEPTION; zk_code from ZooKeeper's
+# KeeperException.Code). dlog.zk raises these for kazoo's exceptions.
+# ---------------------------------------------------------------------------
+
+# KeeperException.Code values (kazoo's exception codes are the same).
+ZK_OK = 0
+ZK_SYSTEMERROR = -1
+ZK_RUNTIMEINCONSISTENCY = -2
+ZK_CONNECTIONLOSS = -4
+ZK_OPERATIONTIMEOUT = -7
+ZK_NONODE = -101
+ZK_BADVERSION = -103
+ZK_NODEEXISTS = -110
+ZK_NOTEMPTY = -111
+ZK_SESSIONEXPIRED = -112
+
+
+class ZooKeeperError(LogError):
+    """A ZooKeeper operation failed.
+
+    ``code`` is DistributedLog's ZK_EXCEPTION, ``bk_code`` BookKeeper's
+    ZKException code (-9) for ledger-level callers, and ``zk_code`` the
+    KeeperException code ZooKeeper (or kazoo) reported. ``attempts`` is how
+    many times the call that raised it was tried: above 1, an earlier
+    attempt may have been applied although its answer was lost, so a write
+    that now meets NodeExists or BadVersion may be meeting itself.
+    Retriable: the same call may work later (another server, a new session)."""
+
+    code = 505
+    bk_code: ClassVar[int] = -9
+    zk_code: int = ZK_SYSTEMERROR
+    retriable = True
+    default_message = "ZooKeeper error"
+    attempts: int = 1
+
+    def __init__(
+        self, message: str | None = None, *, zk_code: int | None = None, path: str | None = None
+    ) -> None:
+        super().__init__(message)
+        if zk_code is not None:
+            self.zk_code = zk_code
+        self.path = path
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(code={self.code}, zk_code={self.zk_code}, "
+            f"message={self.message!r})"
+        )
+
+
+class ConnectionLossError(ZooKeeperError):
+    """The connection dropped before the answer came: the operation may or
+    may not have been applied. The client reconnects on its own."""
+
+    zk_code = ZK_CONNECTIONLOSS
+    default_message = "connection to ZooKeeper lost"
+
+
+class ZooKeeperTimeoutError(ZooKeeperError):
+    """No answer in time (ZooKeeper's OPERATIONTIMEOUT, or kazoo's client
+    side timeout); the outcome is unknown, as after a connection loss.
+    BookKeeper's own timeout is :class:`OperationTimeoutError`."""
+
+    zk_code = ZK_OPERATIONTIMEOUT
+    default_message = "ZooKeeper operation timed out"
+
+
+class SessionExpiredError(ZooKeeperError):
+    """The session is gone, and with it its ephemeral znodes (locks,
+    registrations). The client opens a new session on its own."""
+
+    zk_code = ZK_SESSIONEXPIRED
+    default_message = "ZooKeeper session expired"
+
+
+class ZooKeeperClosedError(SessionExpiredError):
+    """The client was stopped; nothing more will be sent with it."""
+
+    retriable = False
+    default_message = "ZooKeeper client is closed"
+
+
+class NoNodeError(ZooKeeperError):
+    zk_code = ZK_NONODE
+    retriable = False
+    default_message = "znode does not exist"
+
+
+class NodeExistsError(ZooKeeperError):
+    zk_code = ZK_NODEEXISTS
+    retriable = False
+    default_message = "znode already exists"
+
+
+class BadVersionError(ZooKeeperError):
+    """A compare-and-set lost: the znode is no longer at the version given."""
+
+    zk_code = ZK_BADVERSION
+    retriable = False
+    default_message = "znode version does not match"
+
+
+class NotEmptyError(ZooKeeperError):
+    zk_code = ZK_NOTEMPTY
+    retriable = False
+    default_message = "znode has children"
+
+
+class RolledBackError(ZooKeeperError):
+    """A transaction op that was not applied because another op of the same
+    transaction failed (its result, not a failure of its own)."""
+
+    zk_code = ZK_OK
+    retriable = False
+    default_message = "rolled back with its transaction"
 
 
 # ---------------------------------------------------------------------------

@@ -53,12 +53,15 @@ class DistributedLock:
     async def acquire(self, timeout: float) -> None:
         """Become the owner, or raise OwnershipAcquireFailedError after ``timeout``."""
         try:
+            # Not retried: an attempt whose answer was lost would leave a
+            # member node of this very session queued ahead of it.
             created = await self.zk.create(
                 f"{self.path}/{MEMBER_PREFIX}",
                 self.owner.encode(),
                 ephemeral=True,
                 sequence=True,
                 makepath=True,
+                retry=False,
             )
         except NodeExistsError:  # pragma: no cover - sequential nodes never collide
             raise LockingError(f"could not create a lock node under {self.path}") from None

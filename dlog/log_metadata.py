@@ -22,9 +22,10 @@ i.e. ``Long.toString``) and DistributedLog's segment strings.
 
 Compare-and-set is on znode versions. Multi-znode changes (creating a
 stream, starting and completing a segment) are single ZooKeeper
-transactions. Transient ZooKeeper errors are retried through
-:func:`dlog.retry.retry_zk`; a write retried after a connection loss that
-finds its own earlier attempt landed counts as done.
+transactions. :mod:`dlog.zk` retries transient ZooKeeper errors; the
+writes that may meet their own earlier attempt run under
+:meth:`ZooKeeper.retry <dlog.zk.ZooKeeper.retry>`, and one retried after a
+connection loss that finds that attempt landed counts as done.
 """
 
 from __future__ import annotations
@@ -34,11 +35,8 @@ import dataclasses
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
-
-from kazoo.exceptions import RolledBackError
-from kazoo.handlers.threading import KazooTimeoutError
 
 from dlog.errors import (
     InvalidStreamNameError,
@@ -48,17 +46,17 @@ from dlog.errors import (
     MetadataError,
     ZooKeeperError,
 )
-from dlog.retry import ZK_POLICY, RetryPolicy, retry_zk
 from dlog.segment import LogSegmentMetadata, parse_znode_name
 from dlog.uri import MetadataServiceUri, parse_metadata_service_uri
 from dlog.zk import (
     BadVersionError,
-    KazooException,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
+    Retry,
     WatchedEvent,
     ZooKeeper,
+    first_error,
 )
 
 log = logging.getLogger(__name__)
@@ -232,28 +230,13 @@ def _clean_namespace_path(path: str) -> str:
 # ---------------------------------------------------------------------------
 
 
-class _Attempts:
-    """Counts the attempts of one retried ZooKeeper call."""
-
-    def __init__(self, fn: Callable[[], Awaitable[Any]]) -> None:
-        self.fn = fn
-        self.count = 0
-
-    async def __call__(self) -> Any:
-        self.count += 1
-        return await self.fn()
-
-
 class LogMetadataStore:
     """Create, list, delete streams and read and change their segments,
     ``ledgers`` and ``maxtxid`` under one namespace path."""
 
-    def __init__(
-        self, zk: ZooKeeper, namespace_path: str, *, retry_policy: RetryPolicy = ZK_POLICY
-    ) -> None:
+    def __init__(self, zk: ZooKeeper, namespace_path: str) -> None:
         self.zk = zk
         self.namespace_path = _clean_namespace_path(namespace_path)
-        self._retry = retry_policy
         self._namespace_ready = False
 
     def __repr__(self) -> str:
@@ -273,43 +256,24 @@ class LogMetadataStore:
         )
 
     # -- plumbing ----------------------------------------------------------------
-    async def _call(self, what: str, fn: Callable[[], Awaitable[Any]]) -> Any:
-        """One ZooKeeper call under the retry policy. The answers callers
-        handle pass through; other failures become ZooKeeperError."""
-        try:
-            return await retry_zk(fn, policy=self._retry)
-        except (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError):
-            raise
-        except (KazooException, KazooTimeoutError) as e:
-            raise ZooKeeperError(f"{what}: {type(e).__name__}: {e}") from e
-
     async def _transaction(
-        self, what: str, ops: Sequence[tuple[str, tuple[Any, ...], dict[str, Any]]]
+        self, ops: Sequence[tuple[str, tuple[Any, ...], dict[str, Any]]]
     ) -> tuple[int | None, BaseException | None, int]:
-        """Run ``ops`` atomically. Returns ``(index of the failed op, its
-        error, attempts made)``, ``(None, None, n)`` on success."""
-        call = _Attempts(lambda: self.zk.transaction(ops))
-        results = await self._call(what, call)
-        for i, r in enumerate(results):
-            if isinstance(r, BaseException) and not isinstance(r, RolledBackError):
-                return i, r, call.count
-        for i, r in enumerate(results):
-            if isinstance(r, BaseException):
-                return i, r, call.count
-        return None, None, call.count
-
-    async def _get(self, what: str, path: str, watch: Any = None) -> tuple[bytes, Any]:
-        return await self._call(what, lambda: self.zk.get(path, watch=watch))
+        """Run ``ops`` atomically, retried as a whole. Returns ``(index of
+        the failed op, its error, attempts made)``, ``(None, None, n)`` on
+        success; after more than one attempt the failure may be the first
+        attempt's own changes, applied although its answer was lost."""
+        call = Retry(self.zk.retry_policy)
+        results = await call(self.zk.transaction, ops)
+        err = first_error(results)
+        return (None if err is None else results.index(err)), err, call.attempts
 
     async def _exists(self, path: str) -> bool:
-        return await self._call(f"check {path}", lambda: self.zk.exists(path)) is not None
+        return await self.zk.exists(path) is not None
 
     async def _ensure_namespace(self) -> None:
         if not self._namespace_ready:
-            await self._call(
-                f"create namespace {self.namespace_path}",
-                lambda: self.zk.ensure_path(self.namespace_path),
-            )
+            await self.zk.ensure_path(self.namespace_path)
             self._namespace_ready = True
 
     async def _not_found_or(self, name: str, error: Exception) -> Exception:
@@ -335,7 +299,7 @@ class LogMetadataStore:
         ]
         for _ in range(2):
             await self._ensure_namespace()
-            index, err, attempts = await self._transaction(f"create log {name}", ops)
+            index, err, attempts = await self._transaction(ops)
             if err is None:
                 log.debug("created log %s", p.root)
                 return
@@ -356,7 +320,7 @@ class LogMetadataStore:
     async def log_exists(self, name: str) -> bool:
         """Whether the stream exists (its ``ledgers`` znode, as DistributedLog checks)."""
         p = self.paths(name)
-        stat = await self._call(f"check log {name}", lambda: self.zk.exists(p.ledgers))
+        stat = await self.zk.exists(p.ledgers)
         return stat is not None
 
     async def get_logs(self, prefix: str | None = None) -> list[str]:
@@ -364,9 +328,7 @@ class LogMetadataStore:
         Children that are not valid stream names (DistributedLog's
         ``.allocation_pool`` and the like) are not streams."""
         try:
-            children = await self._call(
-                f"list {self.namespace_path}", lambda: self.zk.get_children(self.namespace_path)
-            )
+            children = await self.zk.get_children(self.namespace_path)
         except NoNodeError:
             return []
         return sorted(
@@ -393,7 +355,7 @@ class LogMetadataStore:
             for seg, _version in segments:
                 ledger_ids.setdefault(seg.ledger_id)
             try:
-                await self._call(f"delete log {name}", lambda: self.zk.delete_recursive(p.root))
+                await self.zk.delete_recursive(p.root)
             except NotEmptyError:
                 continue  # a znode appeared while deleting: collect it too
             log.debug("deleted log %s", p.root)
@@ -406,7 +368,7 @@ class LogMetadataStore:
     ) -> tuple[LogSegmentMetadata, int] | None:
         async with sem:
             try:
-                data, stat = await self._get(f"read segment {znode}", p.segment(znode))
+                data, stat = await self.zk.get(p.segment(znode))
             except NoNodeError:
                 return None
         return LogSegmentMetadata.parse(data, znode), stat.version
@@ -425,9 +387,7 @@ class LogMetadataStore:
             # before we are done, that change fires it.
             w = watch if attempt == 0 else None
             try:
-                children = await self._call(
-                    f"list segments of {name}", lambda w=w: self.zk.get_children(p.ledgers, watch=w)
-                )
+                children = await self.zk.get_children(p.ledgers, watch=w)
             except NoNodeError:
                 raise self._not_found(name) from None
             names = []
@@ -448,7 +408,7 @@ class LogMetadataStore:
         """One segment by znode name, with its version."""
         p = self.paths(name)
         try:
-            data, stat = await self._get(f"read segment {znode_name}", p.segment(znode_name))
+            data, stat = await self.zk.get(p.segment(znode_name))
         except NoNodeError:
             raise await self._not_found_or(
                 name, LogMetadataVersionError(f"log {name!r} has no segment {znode_name}")
@@ -460,7 +420,7 @@ class LogMetadataStore:
         write retried after a connection loss recognises its own earlier
         attempt), else None."""
         try:
-            current, stat = await self._get(f"read {path}", path)
+            current, stat = await self.zk.get(path)
         except NoNodeError:
             return None
         return int(stat.version) if current == data else None
@@ -499,7 +459,7 @@ class LogMetadataStore:
                 ops.append(
                     ("set_data", (p.maxtxid, encode_long(top_txid)), {"version": txid_version})
                 )
-            index, err, attempts = await self._transaction(f"create segment {path}", ops)
+            index, err, attempts = await self._transaction(ops)
             if err is None:
                 log.debug("log %s: created segment %s", name, seg.znode_name)
                 return 0
@@ -568,7 +528,7 @@ class LogMetadataStore:
                         {"version": txid_version},
                     )
                 )
-            index, err, attempts = await self._transaction(f"complete segment {old_path}", ops)
+            index, err, attempts = await self._transaction(ops)
             if err is None:
                 log.debug("log %s: completed segment %s", name, completed_seg.znode_name)
                 return 0
@@ -600,15 +560,14 @@ class LogMetadataStore:
         p = self.paths(name)
         path = p.segment(seg.znode_name)
         data = seg.serialize()
-        call = _Attempts(lambda: self.zk.set(path, data, version=version))
         try:
-            stat = await self._call(f"update segment {path}", call)
+            stat = await self.zk.retry(self.zk.set, path, data, version=version)
         except NoNodeError:
             raise await self._not_found_or(
                 name, LogMetadataVersionError(f"log {name!r}: segment {path} is gone")
             ) from None
-        except BadVersionError:
-            if call.count > 1:
+        except BadVersionError as e:
+            if e.attempts > 1:
                 landed = await self._holds(path, data)
                 if landed is not None and landed > version:
                     return landed
@@ -624,9 +583,7 @@ class LogMetadataStore:
         p = self.paths(name)
         path = p.segment(seg.znode_name)
         try:
-            await self._call(
-                f"delete segment {path}", lambda: self.zk.delete(path, version=version)
-            )
+            await self.zk.delete(path, version=version)
         except NoNodeError:
             log.debug("log %s: segment %s already gone", name, path)
         except BadVersionError:
@@ -637,7 +594,7 @@ class LogMetadataStore:
     # -- ledgers / maxtxid data ---------------------------------------------------------
     async def _read_long(self, name: str, path: str) -> tuple[int, int]:
         try:
-            data, stat = await self._get(f"read {path}", path)
+            data, stat = await self.zk.get(path)
         except NoNodeError:
             raise self._not_found(name) from None
         return decode_long(data, path), int(stat.version)
@@ -656,13 +613,12 @@ class LogMetadataStore:
         returns the new version."""
         p = self.paths(name)
         data = encode_long(txid)
-        call = _Attempts(lambda: self.zk.set(p.maxtxid, data, version=version))
         try:
-            stat = await self._call(f"set {p.maxtxid}", call)
+            stat = await self.zk.retry(self.zk.set, p.maxtxid, data, version=version)
         except NoNodeError:
             raise self._not_found(name) from None
-        except BadVersionError:
-            if call.count > 1:
+        except BadVersionError as e:
+            if e.attempts > 1:
                 landed = await self._holds(p.maxtxid, data)
                 if landed is not None and landed > version:
                     return landed
@@ -824,7 +780,7 @@ async def read_namespace_binding(zk: ZooKeeper, ns_path: str) -> NamespaceBindin
     (never bound, or unbound by DistributedLog's tool)."""
     ns_path = _clean_namespace_path(ns_path)
     try:
-        data, _stat = await _zk_call(f"read {ns_path}", lambda: zk.get(ns_path))
+        data, _stat = await zk.get(ns_path)
     except NoNodeError:
         return None
     return NamespaceBinding.parse(data, ns_path) if data else None
@@ -847,32 +803,21 @@ async def bind_namespace(
     data = mine.serialize()
     for _ in range(_CAS_ATTEMPTS):
         try:
-            await _zk_call(f"bind {ns_path}", lambda: zk.create(ns_path, data, makepath=True))
+            await zk.retry(zk.create, ns_path, data, makepath=True)
             log.info("bound namespace %s to %s", ns_path, mine.metadata_service_uri)
             return mine
         except NodeExistsError:
             pass
         try:
-            current, stat = await _zk_call(f"read {ns_path}", lambda: zk.get(ns_path))
+            current, stat = await zk.get(ns_path)
         except NoNodeError:
             continue  # deleted meanwhile: try creating it again
         if current:
             return NamespaceBinding.parse(current, ns_path)
         try:
-            await _zk_call(
-                f"bind {ns_path}", lambda v=stat.version: zk.set(ns_path, data, version=v)
-            )
+            await zk.retry(zk.set, ns_path, data, version=stat.version)
             log.info("bound namespace %s to %s", ns_path, mine.metadata_service_uri)
             return mine
         except (BadVersionError, NoNodeError):
             continue  # someone else bound (or removed) it first: read theirs
     raise ZooKeeperError(f"bind {ns_path}: the namespace znode keeps changing")
-
-
-async def _zk_call(what: str, fn: Callable[[], Awaitable[Any]]) -> Any:
-    try:
-        return await retry_zk(fn)
-    except (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError):
-        raise
-    except (KazooException, KazooTimeoutError) as e:
-        raise ZooKeeperError(f"{what}: {type(e).__name__}: {e}") from e

@@ -4,14 +4,15 @@ Every caller that wants "try again a few times with backoff" goes through
 here, so backoff, jitter and the notion of *retriable* live in one place:
 
 - :func:`retry_zk` retries a ZooKeeper call after transient connection
-  problems (:data:`dlog.zk.RETRIABLE_ZK_ERRORS`); anything else, including
-  ``NoNodeError`` or ``BadVersionError``, is the caller's business.
+  problems (:data:`RETRIABLE_ZK_ERRORS`: connection loss, timeout); anything
+  else, including ``NoNodeError`` or ``BadVersionError``, is the caller's
+  business. :mod:`dlog.zk` runs every operation under it (:data:`ZK_POLICY`).
 - :func:`retry_async` retries a coroutine while it fails with a dlog error
   whose ``retriable`` flag is set (see :mod:`dlog.errors`).
 
 A retried operation must be safe to repeat; callers of non-idempotent
-ZooKeeper writes check for their own earlier success (see
-:mod:`dlog.ledger.metadata_store`).
+ZooKeeper writes check for their own earlier success (the error raised
+after a retry says how many attempts were made: ``ZooKeeperError.attempts``).
 """
 
 from __future__ import annotations
@@ -29,13 +30,30 @@ from tenacity import (
     stop_after_attempt,
 )
 
-from dlog.zk import RETRIABLE_ZK_ERRORS
+from dlog.errors import ConnectionLossError, ZooKeeperTimeoutError
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-__all__ = ["DEFAULT_POLICY", "ZK_POLICY", "RetryPolicy", "is_retriable", "retry_async", "retry_zk"]
+__all__ = [
+    "DEFAULT_POLICY",
+    "RETRIABLE_ZK_ERRORS",
+    "ZK_POLICY",
+    "RetryPolicy",
+    "is_retriable",
+    "is_transient_zk",
+    "retry_async",
+    "retry_zk",
+]
+
+#: ZooKeeper errors after which the same call may simply be tried again: the
+#: client reconnects by itself. (A session expiry is not among them: what the
+#: session held, its locks and ephemeral znodes, is gone.)
+RETRIABLE_ZK_ERRORS: tuple[type[BaseException], ...] = (
+    ConnectionLossError,
+    ZooKeeperTimeoutError,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +122,8 @@ def is_retriable(exc: BaseException) -> bool:
     return getattr(exc, "retriable", False) is True
 
 
-def _is_transient_zk(exc: BaseException) -> bool:
+def is_transient_zk(exc: BaseException) -> bool:
+    """True for the ZooKeeper errors :func:`retry_zk` retries."""
     return isinstance(exc, RETRIABLE_ZK_ERRORS)
 
 
@@ -129,4 +148,4 @@ async def retry_zk(
     or an operation timeout; every other error goes straight to the caller."""
     if attempts is not None:
         policy = dataclasses.replace(policy, attempts=attempts)
-    return await policy.call(fn, _is_transient_zk)
+    return await policy.call(fn, is_transient_zk)

@@ -1,56 +1,142 @@
-"""asyncio face of kazoo.
+"""asyncio face of kazoo, and dlog's one boundary with it.
 
 kazoo is thread based; its ``*_async`` calls return results completed on
 kazoo's own threads. This module turns those into asyncio futures and
 watches into loop callbacks, so the rest of dlog awaits ZooKeeper like any
 other I/O, while scripts can still use the plain kazoo client underneath.
+
+It is the only dlog module that imports kazoo, so nothing else depends on
+kazoo's classes:
+
+- Every kazoo exception becomes a :class:`dlog.errors.ZooKeeperError`
+  (:func:`translate`), raised or in a transaction's results alike; its
+  ``zk_code`` is ZooKeeper's KeeperException code.
+- Every operation retries connection loss and timeouts under
+  :data:`dlog.retry.ZK_POLICY` (what kazoo leaves to ``KazooRetry``). A
+  write tried more than once may meet its own earlier attempt, applied
+  although its answer was lost: the error it then raises says so
+  (``attempts > 1``). Callers that must know that on success too, or want
+  several calls retried as one, run them under :class:`Retry`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
+from typing import Any, TypeVar
 
+import kazoo.exceptions as kz
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import (
-    BadVersionError,
-    ConnectionLoss,
-    KazooException,
-    NodeExistsError,
-    NoNodeError,
-    NotEmptyError,
-    OperationTimeoutError,
-    SessionExpiredError,
-)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
 
+from dlog.errors import (
+    BadVersionError,
+    ConnectionLossError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+    SessionExpiredError,
+    ZooKeeperClosedError,
+    ZooKeeperError,
+    ZooKeeperTimeoutError,
+)
+from dlog.retry import ZK_POLICY, RetryPolicy, retry_zk
+
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 __all__ = [
     "BadVersionError",
-    "ConnectionLoss",
+    "ConnectionLossError",
     "EventType",
-    "KazooException",
     "KazooState",
     "NoNodeError",
     "NodeExistsError",
     "NotEmptyError",
+    "Retry",
+    "RolledBackError",
     "SessionExpiredError",
     "WatchedEvent",
     "ZnodeStat",
     "ZooKeeper",
-    "RETRIABLE_ZK_ERRORS",
+    "ZooKeeperClosedError",
+    "ZooKeeperError",
+    "ZooKeeperTimeoutError",
+    "first_error",
+    "translate",
 ]
 
-#: Errors after which the same ZooKeeper call may simply be tried again.
-RETRIABLE_ZK_ERRORS: tuple[type[BaseException], ...] = (
-    ConnectionLoss,
-    OperationTimeoutError,
-    KazooTimeoutError,
-)
+#: kazoo's exceptions and the dlog errors they become; a kazoo class not
+#: listed (nor any of its bases) becomes a plain ZooKeeperError.
+_ERRORS: dict[type[BaseException], type[ZooKeeperError]] = {
+    kz.ConnectionLoss: ConnectionLossError,
+    kz.ConnectionDropped: ConnectionLossError,
+    kz.OperationTimeoutError: ZooKeeperTimeoutError,
+    KazooTimeoutError: ZooKeeperTimeoutError,
+    kz.SessionExpiredError: SessionExpiredError,
+    kz.ConnectionClosedError: ZooKeeperClosedError,
+    kz.ZookeeperStoppedError: ZooKeeperClosedError,
+    kz.NoNodeError: NoNodeError,
+    kz.NodeExistsError: NodeExistsError,
+    kz.BadVersionError: BadVersionError,
+    kz.NotEmptyError: NotEmptyError,
+    kz.RolledBackError: RolledBackError,
+}
+
+#: In a failed transaction's results the ops before the failed one answer
+#: OK (kazoo's RolledBackError) and those after it RUNTIMEINCONSISTENCY:
+#: neither was applied, and neither is the cause.
+_RESULT_ERRORS = {**_ERRORS, kz.RuntimeInconsistency: RolledBackError}
+
+#: Set while :class:`Retry` runs a call: the ZooKeeper operations it makes
+#: are single attempts, so that the whole is retried and counted once.
+_single_attempt: ContextVar[bool] = ContextVar("dlog_zk_single_attempt", default=False)
+
+
+def translate(
+    exc: BaseException,
+    what: str = "",
+    path: str | None = None,
+    *,
+    in_transaction: bool = False,
+) -> BaseException:
+    """The :class:`ZooKeeperError` for a kazoo exception (one of a
+    transaction's results if ``in_transaction``); any other exception (a
+    dlog error already, a TypeError for bad arguments, cancellation) is
+    returned as it is."""
+    if not isinstance(exc, (kz.KazooException, KazooTimeoutError)):
+        return exc
+    table = _RESULT_ERRORS if in_transaction else _ERRORS
+    cls = next((table[c] for c in type(exc).__mro__ if c in table), ZooKeeperError)
+    # kazoo's ZookeeperError classes carry ZooKeeper's KeeperException code.
+    code = getattr(exc, "code", None)
+    detail = str(exc)
+    where = f"{what}: " if what else ""
+    kazoo_name = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+    err = cls(
+        f"ZooKeeper: {where}{cls.default_message} ({kazoo_name})",
+        zk_code=code if isinstance(code, int) else None,
+        path=path,
+    )
+    err.__cause__ = exc
+    return err
+
+
+def first_error(results: Sequence[Any]) -> BaseException | None:
+    """The first real error in a transaction's results: the op that failed,
+    rather than the ops rolled back with it (:class:`RolledBackError`)."""
+    for r in results:
+        if isinstance(r, BaseException) and not isinstance(r, RolledBackError):
+            return r
+    for r in results:
+        if isinstance(r, BaseException):
+            return r
+    return None
 
 
 def _settle(fut: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
@@ -62,8 +148,47 @@ def _settle(fut: asyncio.Future[Any], value: Any, exc: BaseException | None) -> 
         fut.set_result(value)
 
 
+class Retry:
+    """Run a call that makes ZooKeeper operations, retrying it as a whole
+    after a connection loss or timeout (kazoo's ``KazooRetry`` for asyncio).
+
+    The operations made inside are single attempts, so :attr:`attempts`
+    counts every try: a write that finds NodeExists or BadVersion after
+    ``attempts > 1`` may be finding its own earlier, applied attempt. The
+    call is looked up by the caller (``retry(zk.set, path, data)``), so a
+    wrapper installed on the client, as tests do, is what gets retried.
+    """
+
+    def __init__(self, policy: RetryPolicy | None = ZK_POLICY) -> None:
+        self.policy = policy
+        self.attempts = 0
+
+    async def __call__(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        self.attempts = 0
+
+        async def attempt() -> T:
+            self.attempts += 1
+            token = _single_attempt.set(True)
+            try:
+                return await fn(*args, **kwargs)
+            finally:
+                _single_attempt.reset(token)
+
+        try:
+            if self.policy is None:
+                return await attempt()
+            return await retry_zk(attempt, policy=self.policy)
+        except ZooKeeperError as e:
+            e.attempts = self.attempts
+            raise
+
+
 class ZooKeeper:
-    """An asyncio wrapper around one :class:`KazooClient` session."""
+    """An asyncio wrapper around one :class:`KazooClient` session.
+
+    Operations retry transient errors under ``retry_policy`` (None: never;
+    ``retry=False`` on a call: not that call) and raise
+    :class:`dlog.errors.ZooKeeperError` subclasses, never kazoo's."""
 
     def __init__(
         self,
@@ -72,11 +197,13 @@ class ZooKeeper:
         *,
         read_only: bool = False,
         client: KazooClient | None = None,
+        retry_policy: RetryPolicy | None = ZK_POLICY,
     ) -> None:
         self.hosts = hosts
         self.client = client or KazooClient(
             hosts=hosts, timeout=timeout, read_only=read_only, logger=logging.getLogger("kazoo")
         )
+        self.retry_policy = retry_policy
         self._loop: asyncio.AbstractEventLoop | None = None
         self._state_listeners: list[Callable[[str], Any]] = []
         self.client.add_listener(self._on_state)
@@ -93,11 +220,11 @@ class ZooKeeper:
         try:
             await self.loop.run_in_executor(None, lambda: self.client.start(timeout=timeout))
         except KazooTimeoutError:
-            from dlog.errors import ZooKeeperError
-
             raise ZooKeeperError(
                 f"could not connect to ZooKeeper at {self.hosts} within {timeout}s"
             ) from None
+        except kz.KazooException as e:
+            raise translate(e, f"connect to {self.hosts}") from e
 
     async def stop(self) -> None:
         def _stop() -> None:
@@ -168,21 +295,69 @@ class ZooKeeper:
 
         return fire
 
+    async def _attempt(self, what: str, path: str | None, begin: Callable[[], Any]) -> Any:
+        """One try of a kazoo call (``begin`` starts it), its error translated."""
+        try:
+            return await self._wrap(begin())
+        except (kz.KazooException, KazooTimeoutError) as e:
+            raise translate(e, what, path) from e
+
+    async def _run(
+        self, what: str, path: str | None, begin: Callable[[], Any], retry: bool
+    ) -> tuple[Any, int]:
+        """A kazoo call under the retry policy; returns ``(result, attempts)``."""
+        policy = None if not retry or _single_attempt.get() else self.retry_policy
+        if policy is None:
+            return await self._attempt(what, path, begin), 1
+        attempts = 0
+
+        async def attempt() -> Any:
+            nonlocal attempts
+            attempts += 1
+            return await self._attempt(what, path, begin)
+
+        try:
+            return await retry_zk(attempt, policy=policy), attempts
+        except ZooKeeperError as e:
+            e.attempts = attempts
+            raise
+
+    async def retry(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        """``await fn(*args, **kwargs)`` under :class:`Retry` with this
+        client's policy (``KazooClient.retry``); its error's ``attempts``
+        says whether an earlier attempt may have landed."""
+        return await Retry(self.retry_policy)(fn, *args, **kwargs)
+
     # -- operations -----------------------------------------------------------
     async def get(
-        self, path: str, watch: Callable[[WatchedEvent], Any] | None = None
+        self, path: str, watch: Callable[[WatchedEvent], Any] | None = None, *, retry: bool = True
     ) -> tuple[bytes, ZnodeStat]:
-        return await self._wrap(self.client.get_async(path, watch=self._watch(watch)))
+        w = self._watch(watch)
+        result, _ = await self._run(
+            f"get {path}", path, lambda: self.client.get_async(path, watch=w), retry
+        )
+        return result
 
     async def exists(
-        self, path: str, watch: Callable[[WatchedEvent], Any] | None = None
+        self, path: str, watch: Callable[[WatchedEvent], Any] | None = None, *, retry: bool = True
     ) -> ZnodeStat | None:
-        return await self._wrap(self.client.exists_async(path, watch=self._watch(watch)))
+        w = self._watch(watch)
+        result, _ = await self._run(
+            f"exists {path}", path, lambda: self.client.exists_async(path, watch=w), retry
+        )
+        return result
 
     async def get_children(
-        self, path: str, watch: Callable[[WatchedEvent], Any] | None = None
+        self, path: str, watch: Callable[[WatchedEvent], Any] | None = None, *, retry: bool = True
     ) -> list[str]:
-        return await self._wrap(self.client.get_children_async(path, watch=self._watch(watch)))
+        w = self._watch(watch)
+        result, _ = await self._run(
+            f"get children of {path}",
+            path,
+            lambda: self.client.get_children_async(path, watch=w),
+            retry,
+        )
+        return result
 
     async def create(
         self,
@@ -192,18 +367,33 @@ class ZooKeeper:
         ephemeral: bool = False,
         sequence: bool = False,
         makepath: bool = False,
+        retry: bool = True,
     ) -> str:
-        return await self._wrap(
-            self.client.create_async(
+        """Create a znode; returns its path. Retried after a connection
+        loss, a create may find NodeExists for its own earlier attempt, and
+        a sequential one may leave a node of that attempt behind."""
+        result, _ = await self._run(
+            f"create {path}",
+            path,
+            lambda: self.client.create_async(
                 path, value, ephemeral=ephemeral, sequence=sequence, makepath=makepath
-            )
+            ),
+            retry,
         )
+        return result
 
-    async def set(self, path: str, value: bytes, version: int = -1) -> ZnodeStat:
-        return await self._wrap(self.client.set_async(path, value, version=version))
+    async def set(
+        self, path: str, value: bytes, version: int = -1, *, retry: bool = True
+    ) -> ZnodeStat:
+        result, _ = await self._run(
+            f"set {path}", path, lambda: self.client.set_async(path, value, version=version), retry
+        )
+        return result
 
-    async def delete(self, path: str, version: int = -1) -> None:
-        await self._wrap(self.client.delete_async(path, version=version))
+    async def delete(self, path: str, version: int = -1, *, retry: bool = True) -> None:
+        await self._run(
+            f"delete {path}", path, lambda: self.client.delete_async(path, version=version), retry
+        )
 
     async def delete_recursive(self, path: str) -> None:
         """Delete ``path`` and everything under it; a missing node is fine."""
@@ -232,29 +422,31 @@ class ZooKeeper:
                 pass
 
     async def transaction(
-        self, ops: Sequence[tuple[str, tuple[Any, ...], dict[str, Any]]]
+        self, ops: Sequence[tuple[str, tuple[Any, ...], dict[str, Any]]], *, retry: bool = True
     ) -> list[Any]:
         """Run ``[(op, args, kwargs), ...]`` atomically, ops being kazoo
         TransactionRequest method names (create, delete, set_data, check).
-        Returns kazoo's per-op results (exceptions for failed ops)."""
-        t = self.client.transaction()
-        for name, args, kwargs in ops:
-            getattr(t, name)(*args, **kwargs)
-        return await self._wrap(t.commit_async())
+        Returns the per-op results, with a :class:`ZooKeeperError` for each
+        op of a failed transaction (see :func:`first_error`); each carries
+        the attempts made."""
 
-    async def sync(self, path: str) -> None:
-        await self._wrap(self.client.sync_async(path))
+        def begin() -> Any:
+            t = self.client.transaction()
+            for name, args, kwargs in ops:
+                getattr(t, name)(*args, **kwargs)
+            return t.commit_async()
 
+        first = ops[0][1][0] if ops and ops[0][1] else None
+        what = f"transaction of {len(ops)} ops on {first}"
+        results, attempts = await self._run(what, first, begin, retry)
+        out: list[Any] = []
+        for r in results:
+            if isinstance(r, BaseException):
+                r = translate(r, what, in_transaction=True)
+                if isinstance(r, ZooKeeperError):
+                    r.attempts = attempts
+            out.append(r)
+        return out
 
-def first_error(results: Sequence[Any]) -> BaseException | None:
-    """The first real error in a transaction's results (kazoo reports the
-    ops that were rolled back as RolledBackError)."""
-    from kazoo.exceptions import RolledBackError
-
-    for r in results:
-        if isinstance(r, BaseException) and not isinstance(r, RolledBackError):
-            return r
-    for r in results:
-        if isinstance(r, BaseException):
-            return r
-    return None
+    async def sync(self, path: str, *, retry: bool = True) -> None:
+        await self._run(f"sync {path}", path, lambda: self.client.sync_async(path), retry)

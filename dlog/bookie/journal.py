@@ -28,6 +28,7 @@ from dlog.bookie import fileio
 from dlog.bookie import journal_format as jf
 from dlog.conf.bookie import BookieConfig
 from dlog.errors import EIO, EOK
+from dlog.errors import JournalError as JournalError  # its home before dlog.errors
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +59,6 @@ class _Group:
 
 
 IOV_MAX = fileio.IOV_MAX
-
-
-class JournalError(OSError):
-    pass
 
 
 class Journal:

@@ -146,12 +146,6 @@ def run_client(
         raise
     except (OSError, TimeoutError, ValueError) as e:
         raise fail(f"{type(e).__name__}: {e}") from None
-    except Exception as e:
-        from kazoo.exceptions import KazooException
-
-        if isinstance(e, KazooException):
-            raise fail(f"ZooKeeper: {type(e).__name__}: {e}") from None
-        raise
 
 
 def _note(message: str) -> None:

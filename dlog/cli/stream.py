@@ -150,12 +150,6 @@ def run_namespace(
         raise fail(str(e)) from None
     except (OSError, TimeoutError, ValueError) as e:
         raise fail(f"{type(e).__name__}: {e}") from None
-    except Exception as e:
-        from kazoo.exceptions import KazooException
-
-        if isinstance(e, KazooException):
-            raise fail(f"ZooKeeper: {type(e).__name__}: {e}") from None
-        raise
 
 
 def _parse_dlsn(text: str, option: str) -> DLSN:

@@ -5,11 +5,11 @@ The counterpart of BookKeeper's ``AbstractZkLedgerManager`` with
 same bytes, same compare-and-set on the znode version, so a BookKeeper
 client or shell pointed at the same ledgers root sees the same ledgers.
 
-Transient ZooKeeper errors are retried through :func:`dlog.retry.retry_zk`.
-Writes that may have landed before the connection dropped are checked for
-rather than failed: a create recognises its own creator token (cToken), a
-conditional write recognises its own bytes, a delete takes "already gone"
-as done.
+:mod:`dlog.zk` retries transient ZooKeeper errors. Writes that may have
+landed before the connection dropped are checked for rather than failed: a
+create recognises its own creator token (cToken), a conditional write
+retried as a whole (:meth:`ZooKeeper.retry <dlog.zk.ZooKeeper.retry>`)
+recognises its own bytes, a delete takes "already gone" as done.
 """
 
 from __future__ import annotations
@@ -18,31 +18,27 @@ import asyncio
 import inspect
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
-
-from kazoo.exceptions import ConnectionClosedError
-from kazoo.handlers.threading import KazooTimeoutError
 
 from dlog.errors import (
     LedgerExistsError,
     LedgerIdOverflowError,
     MetadataVersionError,
     NoSuchLedgerError,
-    ZKError,
 )
 from dlog.ledger import layout
 from dlog.ledger.metadata import LedgerMetadata, deserialize, serialize
-from dlog.retry import ZK_POLICY, RetryPolicy, retry_zk
 from dlog.zk import (
     BadVersionError,
     EventType,
-    KazooException,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
     WatchedEvent,
     ZooKeeper,
+    ZooKeeperClosedError,
+    ZooKeeperError,
 )
 
 log = logging.getLogger(__name__)
@@ -61,14 +57,11 @@ _LIST_CONCURRENCY = 32
 class LedgerMetadataStore:
     """Create, read, compare-and-set, delete, list and watch ledger metadata."""
 
-    def __init__(
-        self, zk: ZooKeeper, ledgers_root: str, *, retry_policy: RetryPolicy = ZK_POLICY
-    ) -> None:
+    def __init__(self, zk: ZooKeeper, ledgers_root: str) -> None:
         layout.ledger_path(ledgers_root, 0)  # validates the root
         self.zk = zk
         self.ledgers_root = ledgers_root.rstrip("/") or "/"
         self._root = "" if self.ledgers_root == "/" else self.ledgers_root
-        self._retry = retry_policy
         self._long_idgen_present: bool | None = None
         self._hob_dirs: list[int] | None = None
 
@@ -77,17 +70,6 @@ class LedgerMetadataStore:
 
     def ledger_path(self, ledger_id: int) -> str:
         return layout.ledger_path(self.ledgers_root, ledger_id)
-
-    # -- plumbing ----------------------------------------------------------------
-    async def _call(self, what: str, fn: Callable[[], Awaitable[Any]]) -> Any:
-        """Run one ZooKeeper call with the shared retry policy; the answers a
-        caller handles itself pass through, every other failure is a ZKError."""
-        try:
-            return await retry_zk(fn, policy=self._retry)
-        except (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError):
-            raise
-        except (KazooException, KazooTimeoutError) as e:
-            raise ZKError(f"{what}: {type(e).__name__}: {e}") from e
 
     # -- ledger ids --------------------------------------------------------------
     async def generate_ledger_id(self) -> int:
@@ -98,20 +80,14 @@ class LedgerMetadataStore:
         ``<root>/idgen-long/HOB-<high 32 bits>/ID-`` with the high bits in the
         directory name."""
         if self._long_idgen_present is None:
-            stat = await self._call(
-                "check long id generator",
-                lambda: self.zk.exists(f"{self._root}/{layout.IDGEN_LONG_ZNODE}"),
-            )
+            stat = await self.zk.exists(f"{self._root}/{layout.IDGEN_LONG_ZNODE}")
             self._long_idgen_present = stat is not None
         if not self._long_idgen_present:
             seq = await self._next_sequence(f"{self._root}/{layout.IDGEN_ZNODE}")
             if 0 <= seq < layout.INT_MAX:
                 return seq
             log.info("31-bit ledger ids are used up under %s; switching to 63-bit ids", self._root)
-            await self._call(
-                "create long id generator",
-                lambda: self.zk.ensure_path(f"{self._root}/{layout.IDGEN_LONG_ZNODE}"),
-            )
+            await self.zk.ensure_path(f"{self._root}/{layout.IDGEN_LONG_ZNODE}")
             self._long_idgen_present = True
         return await self._generate_long_id()
 
@@ -121,17 +97,18 @@ class LedgerMetadataStore:
         The parent's child counter is the sequence: recreating a parent that
         was removed would restart it, hence ``makepath=False`` for HOB dirs."""
         prefix = f"{parent}/{layout.LEDGER_ID_GEN_PREFIX}"
-        created = await self._call(
-            f"generate id under {parent}",
-            lambda: self.zk.create(prefix, b"", ephemeral=True, sequence=True, makepath=makepath),
+        # A retried create may leave its first attempt's node: ephemeral, and
+        # an id skipped is no harm.
+        created = await self.zk.create(
+            prefix, b"", ephemeral=True, sequence=True, makepath=makepath
         )
         try:
             seq = int(created[len(prefix) :])
         except ValueError:
-            raise ZKError(f"cannot read a sequence number from {created!r}") from None
+            raise ZooKeeperError(f"cannot read a sequence number from {created!r}") from None
         try:
-            await self._call(f"delete {created}", lambda: self.zk.delete(created))
-        except (NoNodeError, ZKError) as e:  # ephemeral: it goes with the session anyway
+            await self.zk.delete(created)
+        except ZooKeeperError as e:  # ephemeral: it goes with the session anyway
             log.warning("could not delete id node %s: %r", created, e)
         return seq
 
@@ -139,9 +116,7 @@ class LedgerMetadataStore:
         hob_root = f"{self._root}/{layout.IDGEN_LONG_ZNODE}"
         while True:
             if self._hob_dirs is None:
-                children = await self._call(
-                    "list high-order id dirs", lambda: self.zk.get_children(hob_root)
-                )
+                children = await self.zk.get_children(hob_root)
                 self._hob_dirs = sorted(_parse_hob(c) for c in children if _parse_hob(c) >= 0)
             if not self._hob_dirs:
                 await self._create_hob(hob_root, 1)
@@ -163,7 +138,7 @@ class LedgerMetadataStore:
         path = f"{hob_root}/{_hob_name(high)}"
         log.debug("creating high-order id dir %s", path)
         try:
-            await self._call(f"create {path}", lambda: self.zk.create(path, b"", makepath=True))
+            await self.zk.create(path, b"", makepath=True)
         except NodeExistsError:
             pass  # lost the race to another generator: fine
         self._hob_dirs = None
@@ -177,8 +152,8 @@ class LedgerMetadataStore:
         for high in dirs[:-_MAX_HOB_DIRS]:
             path = f"{hob_root}/{_hob_name(high)}"
             try:
-                await self._call(f"delete {path}", lambda p=path: self.zk.delete(p))
-            except (NoNodeError, NotEmptyError, ZKError) as e:
+                await self.zk.delete(path)
+            except ZooKeeperError as e:  # NoNode, NotEmpty, or ZooKeeper unavailable
                 log.debug("could not delete old high-order id dir %s: %r", path, e)
 
     # -- CRUD ----------------------------------------------------------------------
@@ -192,10 +167,7 @@ class LedgerMetadataStore:
         path = self.ledger_path(md.ledger_id)
         data = serialize(md)
         try:
-            await self._call(
-                f"create ledger {md.ledger_id}",
-                lambda: self.zk.create(path, data, makepath=True),
-            )
+            await self.zk.retry(self.zk.create, path, data, makepath=True)
         except NodeExistsError:
             try:
                 existing, version = await self.read(md.ledger_id)
@@ -218,9 +190,7 @@ class LedgerMetadataStore:
         ZooKeeper data watch (see :meth:`watch` for a lasting one)."""
         path = self.ledger_path(ledger_id)
         try:
-            data, stat = await self._call(
-                f"read ledger {ledger_id}", lambda: self.zk.get(path, watch=watch)
-            )
+            data, stat = await self.zk.get(path, watch=watch)
         except NoNodeError:
             raise NoSuchLedgerError(f"no such ledger {ledger_id} (no znode {path})") from None
         return deserialize(data, ledger_id), stat.version
@@ -231,23 +201,14 @@ class LedgerMetadataStore:
         :class:`MetadataVersionError` (re-read, re-apply, retry)."""
         path = self.ledger_path(md.ledger_id)
         data = serialize(md)
-        attempts = 0
-
-        async def set_data() -> Any:
-            nonlocal attempts
-            attempts += 1
-            return await self.zk.set(path, data, version=expected_version)
-
         try:
-            stat = await self._call(f"write ledger {md.ledger_id}", set_data)
+            stat = await self.zk.retry(self.zk.set, path, data, version=expected_version)
         except NoNodeError:
             raise NoSuchLedgerError(f"no such ledger {md.ledger_id} (no znode {path})") from None
-        except BadVersionError:
-            if attempts > 1:
+        except BadVersionError as e:
+            if e.attempts > 1:
                 # An earlier attempt may have landed before the connection dropped.
-                current, cstat = await self._call(
-                    f"read ledger {md.ledger_id}", lambda: self.zk.get(path)
-                )
+                current, cstat = await self.zk.get(path)
                 if current == data and cstat.version > expected_version:
                     return int(cstat.version)
             raise MetadataVersionError(
@@ -261,9 +222,7 @@ class LedgerMetadataStore:
         not an error, as in BookKeeper."""
         path = self.ledger_path(ledger_id)
         try:
-            await self._call(
-                f"delete ledger {ledger_id}", lambda: self.zk.delete(path, version=version)
-            )
+            await self.zk.delete(path, version=version)
         except NoNodeError:
             log.debug("ledger %d: metadata already gone", ledger_id)
             return
@@ -279,19 +238,17 @@ class LedgerMetadataStore:
         parent = path.rsplit("/", 1)[0]
         while parent != self._root and parent.startswith(self._root + "/"):
             try:
-                await self._call(f"delete {parent}", lambda p=parent: self.zk.delete(p))
+                await self.zk.delete(parent)
             except (NotEmptyError, NoNodeError):
                 return
-            except ZKError as e:
+            except ZooKeeperError as e:
                 log.debug("leaving bucket %s in place: %r", parent, e)
                 return
             parent = parent.rsplit("/", 1)[0]
 
     async def exists(self, ledger_id: int) -> bool:
         path = self.ledger_path(ledger_id)
-        return (
-            await self._call(f"check ledger {ledger_id}", lambda: self.zk.exists(path))
-        ) is not None
+        return await self.zk.exists(path) is not None
 
     # -- listing -------------------------------------------------------------------
     async def list_ledgers(self) -> list[int]:
@@ -301,7 +258,7 @@ class LedgerMetadataStore:
         async def children(path: str) -> list[str]:
             async with sem:
                 try:
-                    return await self._call(f"list {path}", lambda: self.zk.get_children(path))
+                    return await self.zk.get_children(path)
                 except NoNodeError:
                     return []  # raced with a delete
 
@@ -394,13 +351,11 @@ class MetadataWatch:
                     fired.set_result(event)
 
             try:
-                data, stat = await retry_zk(
-                    lambda: zk.get(path, watch=on_event), policy=self.store._retry
-                )
+                data, stat = await zk.get(path, watch=on_event)
             except NoNodeError:
                 await self._deliver(None)
                 return
-            except ConnectionClosedError:
+            except ZooKeeperClosedError:
                 log.debug("ledger %d: ZooKeeper client closed; watch ends", self.ledger_id)
                 return
             except Exception as e:  # session expiry, exhausted retries: keep trying

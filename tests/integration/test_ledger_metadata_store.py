@@ -16,7 +16,7 @@ from dlog.ledger.metadata import (
     serialize,
 )
 from dlog.ledger.metadata_store import LedgerMetadataStore
-from dlog.zk import ConnectionLoss, NoNodeError, ZooKeeper
+from dlog.zk import ConnectionLossError, NoNodeError, ZooKeeper
 
 pytestmark = pytest.mark.integration
 
@@ -162,7 +162,7 @@ async def test_create_that_landed_before_connection_loss_is_recognised(
         calls += 1
         result = await real_create(*args, **kwargs)
         if calls == 1:
-            raise ConnectionLoss()
+            raise ConnectionLossError()
         return result
 
     monkeypatch.setattr(zk, "create", create_then_lose_connection)
@@ -184,7 +184,7 @@ async def test_write_that_landed_before_connection_loss_is_recognised(
         calls += 1
         result = await real_set(*args, **kwargs)
         if calls == 1:
-            raise ConnectionLoss()
+            raise ConnectionLossError()
         return result
 
     monkeypatch.setattr(zk, "set", set_then_lose_connection)

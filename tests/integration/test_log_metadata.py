@@ -26,7 +26,7 @@ from dlog.log_metadata import (
 )
 from dlog.sandbox.zookeeper import ZooKeeperServer
 from dlog.segment import LogSegmentMetadata, TruncationStatus
-from dlog.zk import ConnectionLoss, ZooKeeper
+from dlog.zk import ConnectionLossError, ZooKeeper
 
 pytestmark = pytest.mark.integration
 
@@ -595,7 +595,7 @@ async def test_complete_segment_argument_order_is_checked(store: LogMetadataStor
 
 
 def lose_connection_after_first(monkeypatch: pytest.MonkeyPatch, zk: ZooKeeper, method: str):
-    """Make ``zk.<method>`` apply its first call and then report ConnectionLoss,
+    """Make ``zk.<method>`` apply its first call and then report ConnectionLossError,
     as when the answer to a write that landed is lost."""
     real = getattr(zk, method)
     calls = {"n": 0}
@@ -604,7 +604,7 @@ def lose_connection_after_first(monkeypatch: pytest.MonkeyPatch, zk: ZooKeeper, 
         calls["n"] += 1
         result = await real(*args, **kwargs)
         if calls["n"] == 1:
-            raise ConnectionLoss()
+            raise ConnectionLossError()
         return result
 
     monkeypatch.setattr(zk, method, landed_then_lost)

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from dlog.errors import NoSuchLedgerError, ZKError
+from dlog.errors import NoSuchLedgerError, ZooKeeperError
 from dlog.retry import RetryPolicy, is_retriable, retry_async, retry_zk
-from dlog.zk import ConnectionLoss, NoNodeError
+from dlog.zk import ConnectionLossError, NoNodeError
 
 FAST = RetryPolicy(attempts=4, initial_backoff=0.001, max_backoff=0.002, jitter=0.001)
 
@@ -27,18 +27,18 @@ def flaky(failures: list[BaseException], result: object = "ok"):
 
 
 async def test_retry_zk_retries_connection_loss_then_succeeds() -> None:
-    fn, calls = flaky([ConnectionLoss(), ConnectionLoss()])
+    fn, calls = flaky([ConnectionLossError(), ConnectionLossError()])
     assert await retry_zk(fn, policy=FAST) == "ok"
     assert calls() == 3
 
 
 async def test_retry_zk_gives_up_and_reraises_the_last_error() -> None:
-    fn, calls = flaky([ConnectionLoss() for _ in range(10)])
-    with pytest.raises(ConnectionLoss):
+    fn, calls = flaky([ConnectionLossError() for _ in range(10)])
+    with pytest.raises(ConnectionLossError):
         await retry_zk(fn, policy=FAST)
     assert calls() == 4
-    fn, calls = flaky([ConnectionLoss() for _ in range(10)])
-    with pytest.raises(ConnectionLoss):
+    fn, calls = flaky([ConnectionLossError() for _ in range(10)])
+    with pytest.raises(ConnectionLossError):
         await retry_zk(fn, attempts=2, policy=FAST)
     assert calls() == 2
 
@@ -51,9 +51,9 @@ async def test_retry_zk_does_not_retry_answers() -> None:
 
 
 async def test_retry_async_follows_the_retriable_flag() -> None:
-    assert is_retriable(ZKError()) and not is_retriable(NoSuchLedgerError())
+    assert is_retriable(ZooKeeperError()) and not is_retriable(NoSuchLedgerError())
     assert not is_retriable(ValueError())
-    fn, calls = flaky([ZKError(), ZKError()], result=5)
+    fn, calls = flaky([ZooKeeperError(), ZooKeeperError()], result=5)
     assert await retry_async(fn, FAST) == 5 and calls() == 3
     fn, calls = flaky([NoSuchLedgerError()])
     with pytest.raises(NoSuchLedgerError):
