@@ -119,6 +119,14 @@ def _holds_data(d: Path) -> bool:
     )
 
 
+async def _holds(zk: ZooKeeper, path: str, data: bytes) -> bool:
+    try:
+        current, _ = await zk.get(path)
+    except NoNodeError:
+        return False
+    return current == data
+
+
 async def verify_or_create(
     zk: ZooKeeper, ledgers_root: str, expected: Cookie, dirs: list[Path]
 ) -> None:
@@ -141,10 +149,12 @@ async def verify_or_create(
             )
         try:
             await zk.create(zk_path, expected.encode(), makepath=True)
-        except NodeExistsError:
-            raise InvalidCookieError(
-                f"another bookie registered the cookie {zk_path} while this one was starting"
-            ) from None
+        except NodeExistsError as e:
+            # Retried after a connection loss, the create may meet its own cookie.
+            if e.attempts < 2 or not await _holds(zk, zk_path, expected.encode()):
+                raise InvalidCookieError(
+                    f"another bookie registered the cookie {zk_path} while this one was starting"
+                ) from None
         for d in dirs:
             _write_dir_cookie(d, expected)
         log.info(
