@@ -53,21 +53,24 @@ async def zk(zk_server: ZooKeeperServer) -> AsyncIterator[ZooKeeper]:
 @pytest.fixture
 async def make_bookie(tmp_path, ledgers_uri):  # type: ignore[no-untyped-def]
     """Start in-process bookies (real server, real files) sharing this
-    test's ledgers root; all are stopped at the end of the test."""
-    from dlog.bookie.bookie import Bookie
+    test's ledgers root; all are stopped at the end of the test. Each is a
+    BookieService: ``.server`` and ``.core`` (the Bookie)."""
+    from dlog.bookie.service import BookieService
     from dlog.sandbox.bookies import bookie_config
     from dlog.sandbox.zookeeper import free_port
 
-    started: list[Bookie] = []
+    started: list[BookieService] = []
 
-    async def factory(name: str = "b0", port: int | None = None, **overrides: object) -> Bookie:
+    async def factory(
+        name: str = "b0", port: int | None = None, **overrides: object
+    ) -> BookieService:
         conf = bookie_config(
             tmp_path / name,
             port=port or free_port(),
             metadata_service_uri=ledgers_uri,
             **overrides,
         )
-        bookie = Bookie(conf)
+        bookie = BookieService(conf)
         await bookie.start()
         started.append(bookie)
         return bookie
@@ -75,7 +78,7 @@ async def make_bookie(tmp_path, ledgers_uri):  # type: ignore[no-untyped-def]
     yield factory
 
     for b in started:
-        if not b._stopped.is_set():
+        if not b.stopped:
             await b.stop()
 
 

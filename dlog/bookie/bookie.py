@@ -1,7 +1,9 @@
 """The bookie: ledger operations over the journal and ledger storage.
 
 Operations here speak in ledger ids, entry ids and bytes, never in wire
-messages (that is :mod:`dlog.bookie.request_processor`). Everything runs on
+messages (that is :mod:`dlog.bookie.request_processor`), and the bookie
+never starts a server or registers itself: :mod:`dlog.bookie.service`
+builds those around a started bookie. Everything runs on
 the event loop except disk reads (a thread pool), the journal's writes and
 fsyncs (the journal thread) and storage flushes (the storage thread).
 
@@ -19,14 +21,14 @@ Ordering that durability rests on:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import logging
 import struct
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from dlog.bookie import journal_format as jf
 from dlog.bookie.checkpoint import Checkpointer, read_marks
@@ -35,7 +37,7 @@ from dlog.bookie.disk import DiskMonitor
 from dlog.bookie.journal import Journal
 from dlog.bookie.ledger_storage import DbLedgerStorage, SingleDirectoryDbLedgerStorage
 from dlog.bookie.metrics import BookieMetrics
-from dlog.bookie.registration import BookieRegistration, init_cluster
+from dlog.bookie.registration import init_cluster
 from dlog.conf.bookie import BookieConfig
 from dlog.errors import (
     EBADREQ,
@@ -57,6 +59,9 @@ from dlog.zk import ZooKeeper
 log = logging.getLogger(__name__)
 
 Respond = Callable[[int], None]
+#: Told of every read-only change; a coroutine it returns runs as one of the
+#: bookie's tasks (cancelled when the bookie stops).
+ReadOnlyListener = Callable[[bool], Coroutine[Any, Any, None] | None]
 _IDS = struct.Struct(">qq")
 _LAC = struct.Struct(">q")
 MAX_LONG_POLL_SECONDS = 60.0
@@ -101,9 +106,21 @@ class LedgerState:
 
 
 class Bookie:
-    """A running bookie: storage, journal, registration and its server."""
+    """A bookie's storage core: journals, ledger storage, disk checks and
+    the operations on them. No network: its owner serves and registers it.
 
-    def __init__(self, conf: BookieConfig, *, metrics: BookieMetrics | None = None) -> None:
+    ``shutdown`` is what the bookie runs when it must stop itself (it must
+    turn read-only but readOnlyModeEnabled=false): its owner's stop, so the
+    server and registration go first. By default the bookie stops alone.
+    """
+
+    def __init__(
+        self,
+        conf: BookieConfig,
+        *,
+        metrics: BookieMetrics | None = None,
+        shutdown: Callable[[], Coroutine[Any, Any, None]] | None = None,
+    ) -> None:
         self.conf = conf
         self.bookie_id = conf.resolved_bookie_id()
         self.metrics = metrics or BookieMetrics()
@@ -116,14 +133,14 @@ class Bookie:
         # remember a ledger; the ledger index in RocksDB is the record).
         self._ledgers: OrderedDict[int, LedgerState] = OrderedDict()
         self.zk: ZooKeeper | None = None
-        self.registration: BookieRegistration | None = None
         self.storage: DbLedgerStorage | None = None
         self.journals: list[Journal] = []
         self.checkpointer: Checkpointer | None = None
         self.disk: DiskMonitor | None = None
         self.read_pool: ThreadPoolExecutor | None = None
-        self.server = None
+        self._shutdown = shutdown or self.stop
         self._pressure_listeners: list[Callable[[bool], None]] = []
+        self._read_only_listeners: list[ReadOnlyListener] = []
         self._under_pressure = False
         self._tasks: set[asyncio.Task[object]] = set()
         self._stopped = asyncio.Event()
@@ -134,8 +151,8 @@ class Bookie:
     # lifecycle
     # ------------------------------------------------------------------
     async def start(self) -> None:
-        from dlog.bookie.server import BookieServer
-
+        """Open the storage, replay the journals and start the background
+        work; on return the bookie can serve requests."""
         for d in self.journal_dirs + self.ledger_dirs:
             d.mkdir(parents=True, exist_ok=True)
         self.zk = ZooKeeper(self.uri.hosts, timeout=self.conf.zk_timeout / 1000.0)
@@ -191,29 +208,9 @@ class Bookie:
         self.disk.start()
         self._reopen_if_room()
 
-        self.server = BookieServer(self)
-        await self.server.start()
-        self.registration = BookieRegistration(
-            self.zk,
-            self.uri.ledgers_root,
-            self.bookie_id,
-            session_timeout=self.conf.zk_timeout / 1000.0,
-        )
-        await self.registration.register(self.read_only)
-        log.info(
-            "bookie %s serving on port %d (%s)",
-            self.bookie_id,
-            self.server.port,
-            "read-only" if self.read_only else "writable",
-        )
-
     async def stop(self) -> None:
-        """Graceful shutdown: unregister, stop serving, checkpoint, close."""
-        if self.registration is not None:
-            with contextlib.suppress(Exception):
-                await self.registration.unregister()
-        if self.server is not None:
-            await self.server.stop()
+        """Graceful shutdown of the core: checkpoint, close. Its owner has
+        unregistered it and stopped serving first."""
         if self.disk is not None:
             await self.disk.stop()
         if self.checkpointer is not None:
@@ -241,6 +238,10 @@ class Bookie:
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
 
     async def _replay(self, journal: Journal, mark: jf.LogMark) -> None:
         storage = self.storage
@@ -558,7 +559,7 @@ class Bookie:
                 "bookie must turn read-only (%s) but readOnlyModeEnabled=false: shutting down",
                 reason,
             )
-            self._spawn(self.stop())
+            self._spawn(self._shutdown())
             return
         self.read_only = new
         self.metrics.read_only.set(1 if new else 0)
@@ -567,8 +568,10 @@ class Bookie:
             "read-only" if new else "writable",
             ", ".join(sorted(self._read_only_reasons)) or reason,
         )
-        if self.registration is not None and self.registration.registered:
-            self._spawn(self.registration.set_read_only(new))
+        for listener in list(self._read_only_listeners):
+            announce = listener(new)
+            if announce is not None:
+                self._spawn(announce)
 
     def _disk_changed(self, full: set[Path]) -> None:
         self.set_read_only("disk full", bool(full))
@@ -646,6 +649,10 @@ class Bookie:
 
     def add_pressure_listener(self, listener: Callable[[bool], None]) -> None:
         self._pressure_listeners.append(listener)
+
+    def add_read_only_listener(self, listener: ReadOnlyListener) -> None:
+        """``listener(read_only)`` after every change (registration follows it)."""
+        self._read_only_listeners.append(listener)
 
     def refresh_gauges(self) -> None:
         m = self.metrics

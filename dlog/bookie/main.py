@@ -1,4 +1,8 @@
-"""Running a bookie as a process: signals, metrics endpoint, logging."""
+"""Running a bookie as a process: signals, metrics endpoint, logging.
+
+The bookie itself, its server and its registration are composed, in order,
+by :class:`~dlog.bookie.service.BookieService`.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import logging
 import signal
 import sys
 
-from dlog.bookie.bookie import Bookie
+from dlog.bookie.service import BookieService
 from dlog.conf.bookie import BookieConfig
 
 log = logging.getLogger(__name__)
@@ -39,7 +43,8 @@ def tune_runtime() -> None:
 
 
 async def serve(conf: BookieConfig) -> int:
-    bookie = Bookie(conf)
+    service = BookieService(conf)
+    bookie = service.core
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -51,14 +56,14 @@ async def serve(conf: BookieConfig) -> int:
         start_http_server(
             conf.prometheus_stats_http_port,
             addr=conf.prometheus_stats_http_address,
-            registry=bookie.metrics.registry,
+            registry=service.metrics.registry,
         )
         log.info(
             "metrics on http://%s:%d/metrics",
             conf.prometheus_stats_http_address,
             conf.prometheus_stats_http_port,
         )
-    await bookie.start()
+    await service.start()
     tune_runtime()
 
     async def gauges() -> None:
@@ -76,13 +81,13 @@ async def serve(conf: BookieConfig) -> int:
                 last_refresh = t0
 
     gauge_task = loop.create_task(gauges())
-    stopped = loop.create_task(bookie.wait_stopped())
+    stopped = loop.create_task(service.wait_stopped())
     waiter = loop.create_task(stop.wait())
     await asyncio.wait({stopped, waiter}, return_when=asyncio.FIRST_COMPLETED)
     gauge_task.cancel()
-    if not bookie._stopped.is_set():
+    if not service.stopped:
         log.info("shutting down (signal)")
-        await bookie.stop()
+        await service.stop()
     waiter.cancel()
     return 0
 

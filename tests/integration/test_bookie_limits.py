@@ -13,7 +13,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from dlog.bookie.bookie import Bookie
+from dlog.bookie.service import BookieService
 from dlog.errors import EOK
 from dlog.ledger.bookie_client import BookieClient
 from dlog.ledger.digest import CRC32C, DigestManager
@@ -74,13 +74,13 @@ async def closed_after(reader: asyncio.StreamReader, timeout: float) -> float | 
     return time.monotonic() - t0 if closed else None
 
 
-def closes(bookie: Bookie, reason: str) -> float:
+def closes(bookie: BookieService, reason: str) -> float:
     return bookie.metrics.closed_connections.get((reason,))
 
 
-def hold_adds(bookie: Bookie, delay: float) -> None:
+def hold_adds(bookie: BookieService, delay: float) -> None:
     """Answer every add ``delay`` seconds late, so adds pile up in progress."""
-    original = bookie.add_entry
+    original = bookie.core.add_entry
     loop = asyncio.get_running_loop()
 
     def slow_add(lid, eid, key, body, recovery, respond):  # type: ignore[no-untyped-def]
@@ -89,7 +89,7 @@ def hold_adds(bookie: Bookie, delay: float) -> None:
 
         original(lid, eid, key, body, recovery, later)
 
-    bookie.add_entry = slow_add  # type: ignore[method-assign]
+    bookie.core.add_entry = slow_add  # type: ignore[method-assign]
 
 
 # ---------------------------------------------------------------------------
@@ -246,19 +246,19 @@ async def test_time_the_bookie_does_not_read_is_not_counted(make_bookie) -> None
     not timed out: the client could not have sent it."""
     bookie = await make_bookie(frameReadTimeoutMs=300, maxAddsInProgressLimit=1)
     held: list[Callable[[], None]] = []
-    original = bookie.add_entry
+    original = bookie.core.add_entry
 
     def held_add(lid, eid, key, body, recovery, respond):  # type: ignore[no-untyped-def]
         held.append(lambda: original(lid, eid, key, body, recovery, respond))
 
-    bookie.add_entry = held_add  # type: ignore[method-assign]
+    bookie.core.add_entry = held_add  # type: ignore[method-assign]
     reader, writer = await open_raw(bookie.server.port)
     third = add_frame(3, 2, 2)
     # Add 0 takes the only slot, add 1 waits in the backlog, add 2 is half sent.
     writer.write(add_frame(1, 2, 0) + add_frame(2, 2, 1) + third[:10])
     await asyncio.sleep(0.8)  # well past the frame timeout, while not reading
     assert len(held) == 1 and bookie.server.processor.adds_in_progress == 1
-    bookie.add_entry = original  # type: ignore[method-assign]
+    bookie.core.add_entry = original  # type: ignore[method-assign]
     held.pop()()  # add 0 completes, add 1 gets the slot, reading resumes
     writer.write(third[10:])
     answers, closed = await read_until_closed(reader, 1.0)
@@ -411,7 +411,7 @@ async def test_reads_in_progress_limit_is_back_pressure(make_bookie) -> None:
 # ---------------------------------------------------------------------------
 
 
-async def _good_then_bad(bookie: Bookie, bad: bytes) -> None:
+async def _good_then_bad(bookie: BookieService, bad: bytes) -> None:
     port = bookie.server.port
     setup = BookieClient(f"127.0.0.1:{port}")
     await setup.connect()

@@ -11,8 +11,8 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
-from dlog.bookie.bookie import Bookie
 from dlog.bookie.registration import init_cluster
+from dlog.bookie.service import BookieService
 from dlog.errors import (
     EBADREQ,
     EFENCED,
@@ -42,7 +42,7 @@ def entry(
     )
 
 
-async def connect(bookie: Bookie) -> BookieClient:
+async def connect(bookie: BookieService) -> BookieClient:
     client = BookieClient(f"127.0.0.1:{bookie.server.port}")
     await client.connect()
     return client
@@ -66,8 +66,8 @@ async def test_add_read_and_last_entry(make_bookie) -> None:
     last = await c.read_entry(7, m.LAST_ADD_CONFIRMED)
     assert last.status == EOK and last.readResponse.entryId == 499
     # After a checkpoint the entries come from entry logs through the index.
-    await bookie.checkpointer.checkpoint()
-    for s in bookie.storage.dirs:
+    await bookie.core.checkpointer.checkpoint()
+    for s in bookie.core.storage.dirs:
         s.read_cache = type(s.read_cache)(0)
         assert s.write_cache_count == 0
     r = await c.read_entry(7, 321)
@@ -158,7 +158,7 @@ async def test_long_poll_lac(make_bookie) -> None:
 
 async def test_back_pressure_with_tiny_write_cache(make_bookie) -> None:
     bookie = await make_bookie(dbStorage_writeCacheMaxSizeMb=1, dbStorage_maxThrottleTimeMs=300)
-    storage = bookie.storage.dirs[0]
+    storage = bookie.core.storage.dirs[0]
     release = asyncio.Event()
     loop = asyncio.get_running_loop()
     original = storage._flush_frozen
@@ -196,7 +196,7 @@ async def test_full_disk_turns_read_only(
             diskUsageLwmThreshold=0.0,
             diskUsageWarnThreshold=0.000001,
         )
-    assert bookie.read_only
+    assert bookie.core.read_only
     assert "diskUsageWarnThreshold" in caplog.text
     ro_path = f"{zk_root}/ledgers/available/readonly/{bookie.bookie_id}"
     rw_path = f"{zk_root}/ledgers/available/{bookie.bookie_id}"
@@ -206,9 +206,9 @@ async def test_full_disk_turns_read_only(
     assert await add(c, 41, 0) == EREADONLY
     assert (await c.write_lac(41, 0, KEY, b"x" * 24)).status == EREADONLY
     # Space comes back (the thresholds are lifted): writable again.
-    bookie.disk.threshold, bookie.disk.lwm = 1.0, 0.999
-    bookie.disk.check()
-    assert not bookie.read_only
+    bookie.core.disk.threshold, bookie.core.disk.lwm = 1.0, 0.999
+    bookie.core.disk.check()
+    assert not bookie.core.read_only
     for _ in range(50):
         if await zk.exists(rw_path) is not None:
             break
@@ -216,8 +216,8 @@ async def test_full_disk_turns_read_only(
     assert await zk.exists(rw_path) is not None and await zk.exists(ro_path) is None
     assert await add(c, 41, 0) == EOK
     # And full again: reads still served, adds refused, nothing half-written.
-    bookie.disk.threshold, bookie.disk.lwm = 0.00001, 0.0
-    bookie.disk.check()
+    bookie.core.disk.threshold, bookie.core.disk.lwm = 0.00001, 0.0
+    bookie.core.disk.check()
     assert await add(c, 41, 1) == EREADONLY
     r = await c.read_entry(41, 0)
     assert r.status == EOK and r.readResponse.body == entry(41, 0)
@@ -291,10 +291,10 @@ async def test_registration_survives_session_expiry(
 ) -> None:
     bookie = await make_bookie()
     path = f"{zk_root}/ledgers/available/{bookie.bookie_id}"
-    assert (await zk.exists(path)).ephemeralOwner == bookie.zk.session_id
-    old_session = bookie.zk.session_id
+    assert (await zk.exists(path)).ephemeralOwner == bookie.core.zk.session_id
+    old_session = bookie.core.zk.session_id
     # Expire the bookie's session: another client attaches to it and closes it.
-    sid, passwd = bookie.zk.client.client_id
+    sid, passwd = bookie.core.zk.client.client_id
     intruder = KazooClient(hosts=zk_server.connect_string, client_id=(sid, passwd))
     intruder.start()
     intruder.stop()
@@ -306,7 +306,7 @@ async def test_registration_survives_session_expiry(
             break
         await asyncio.sleep(0.1)
     stat = await zk.exists(path)
-    assert stat is not None and stat.ephemeralOwner == bookie.zk.session_id != old_session
+    assert stat is not None and stat.ephemeralOwner == bookie.core.zk.session_id != old_session
 
 
 async def test_cluster_layout_creation_is_race_safe(zk_server, zk_root: str) -> None:
@@ -335,7 +335,7 @@ async def test_checkpoint_persists_mark_and_collects_journals(make_bookie, tmp_p
     journal_dir = tmp_path / "b0" / "journal" / "current"
     before = sorted(journal_dir.glob("*.txn"))
     assert len(before) >= 3
-    marks = await bookie.checkpointer.checkpoint()
+    marks = await bookie.core.checkpointer.checkpoint()
     after = sorted(journal_dir.glob("*.txn"))
     # Only the current journal and journalMaxBackups=1 older one remain.
     assert len(after) == 2

@@ -166,10 +166,10 @@ async def test_reads_skip_a_corrupt_replica(make_bookie, ledgers_uri: str) -> No
             await wh.append(b"payload-%d" % i)
         await wh.close()
         for b in bookies:
-            await b.checkpointer.checkpoint()
+            await b.core.checkpointer.checkpoint()
 
         def corrupt(bookie, entry_id: int) -> None:  # type: ignore[no-untyped-def]
-            storage = bookie.storage.storage_for(wh.ledger_id)
+            storage = bookie.core.storage.storage_for(wh.ledger_id)
             storage.read_cache = type(storage.read_cache)(0)
             log_id, offset = split_location(storage.locations.get(wh.ledger_id, entry_id))
             path = storage.entry_logger.path_of(log_id)
@@ -230,7 +230,7 @@ async def test_close_and_recovery_send_advisory_write_close(make_bookie, ledgers
         assert bk.write_close_outcomes.get(("success",)) == 1
         # The bookies recorded the ledger as write-closed for their entry-log manager.
         assert all(
-            wh.ledger_id in b.storage.storage_for(wh.ledger_id).manager.write_closed
+            wh.ledger_id in b.core.storage.storage_for(wh.ledger_id).manager.write_closed
             for b in bookies
         )
 
