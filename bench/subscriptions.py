@@ -204,7 +204,7 @@ class PipelinedSetData:
 def make_store(log_manager: LogManager, fmt: str) -> Store:
     if fmt == ZK_PIPELINED:
         return PipelinedSetData(log_manager)
-    return store_for(log_manager, fmt)
+    return store_for(log_manager.context, fmt)
 
 
 #: How a consumer keeps K commits in flight: K coroutines each awaiting

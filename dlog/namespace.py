@@ -11,7 +11,7 @@ import logging
 
 from dlog.conf.client import ClientConfig
 from dlog.conf.dlog import DLogConfig
-from dlog.errors import LogNotFoundError, NoSuchLedgerError
+from dlog.errors import LogExistsError, LogNotFoundError, NoSuchLedgerError
 from dlog.ledger.client import BookKeeper
 from dlog.log import LogManager
 from dlog.log_metadata import (
@@ -23,7 +23,7 @@ from dlog.log_metadata import (
 from dlog.uri import parse_metadata_service_uri, parse_namespace_uri
 from dlog.zk import ZooKeeper
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 class Namespace:
@@ -94,16 +94,24 @@ class Namespace:
         if not await self.store.log_exists(name):
             if not self.conf.create_stream_if_not_exists:
                 raise LogNotFoundError(f"stream {name!r} does not exist in {self.uri}")
-            from dlog.errors import LogExistsError
-
             try:
                 await self.store.create_log(name)
             except LogExistsError:
                 pass
         lm = self._logs.get(name)
         if lm is None:
-            lm = self._logs[name] = LogManager(self, name)
+            lm = self._logs[name] = self._log_manager(name)
         return lm
+
+    def _log_manager(self, name: str) -> LogManager:
+        return LogManager(
+            name,
+            conf=self.conf,
+            zk=self.zk,
+            bk=self.bk,
+            metadata=self.store,
+            namespace_uri=self.uri,
+        )
 
     async def delete_log(self, name: str) -> None:
         """Delete a stream, its segments' ledgers and its subscriptions."""
@@ -111,7 +119,7 @@ class Namespace:
         # Subscribers first: their owners are fenced and their segments
         # deleted; the stream's metadata would otherwise take the znodes
         # naming those ledgers with it.
-        lm = self._logs.get(name) or LogManager(self, name)
+        lm = self._logs.get(name) or self._log_manager(name)
         await lm.subscriptions.delete_all_subscribers()
         ledger_ids = await self.store.delete_log(name)
         for lid in ledger_ids:

@@ -30,12 +30,13 @@ from dlog.errors import (
     NoSuchLedgerError,
     ReadCancelledError,
 )
-from dlog.record import LogRecordWithDLSN, decode_entry
+from dlog.record import LogRecordWithDLSN
 from dlog.segment import LogSegmentMetadata
+from dlog.segment_reader import open_segment, records_of
+from dlog.stream import StreamContext
 
 if TYPE_CHECKING:
     from dlog.ledger.read_handle import ReadHandle
-    from dlog.log import LogManager
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +48,14 @@ class LogReader:
 
     def __init__(
         self,
-        log_manager: LogManager,
+        ctx: StreamContext,
         *,
         from_dlsn: DLSN | None = None,
         from_txid: int | None = None,
     ) -> None:
-        self.log = log_manager
-        self.name = log_manager.name
-        conf = log_manager.conf
+        self.ctx = ctx
+        self.name = ctx.name
+        conf = ctx.conf
         self._batch = conf.read_ahead_batch_size
         self._long_poll = conf.read_lac_long_poll_timeout / 1000.0
         self._idle_warn = conf.reader_idle_warn_threshold_millis / 1000.0
@@ -80,6 +81,16 @@ class LogReader:
     # ------------------------------------------------------------------
     # public API
     # ------------------------------------------------------------------
+    @classmethod
+    async def open(
+        cls, ctx: StreamContext, *, from_dlsn: DLSN | None = None, from_txid: int | None = None
+    ) -> LogReader:
+        """A started reader (LogNotFoundError for a stream that does not exist)."""
+        if from_dlsn is not None and from_txid is not None:
+            raise ValueError("give from_dlsn or from_txid, not both")
+        await ctx.metadata.get_segments(ctx.name)  # LogNotFoundError for a missing stream
+        return cls(ctx, from_dlsn=from_dlsn, from_txid=from_txid)._start()
+
     def _start(self) -> LogReader:
         self._task = asyncio.get_running_loop().create_task(
             self._read_ahead(), name=f"dlog-reader-{self.name}"
@@ -189,7 +200,9 @@ class LogReader:
     async def _segments(self) -> list[LogSegmentMetadata]:
         self._segments_changed.clear()
         try:
-            pairs = await self.log.store.get_segments(self.name, watch=self._on_segments_changed)
+            pairs = await self.ctx.metadata.get_segments(
+                self.name, watch=self._on_segments_changed
+            )
         except LogNotFoundError:
             raise
         return [meta for meta, _ in pairs]
@@ -245,20 +258,16 @@ class LogReader:
         last = segments[-1].log_segment_sequence_no + 1 if segments else 1
         return DLSN(last, 0, 0)
 
-    async def _open(self, seg: LogSegmentMetadata) -> ReadHandle | None:
-        try:
-            return await self.log.namespace.bk.open_ledger(
-                seg.ledger_id, self.log.password, recovery=False
-            )
-        except NoSuchLedgerError:
-            return None  # deleted by retention or truncation meanwhile
-
     async def _read_segment(self, seg: LogSegmentMetadata, position: DLSN) -> tuple[bool, DLSN]:
         """Read ``seg`` from ``position``; returns (end of stream seen, next position)."""
-        handle = await self._open(seg)
-        if handle is None:
-            return False, DLSN(seg.log_segment_sequence_no + 1, 0, 0)
-        try:
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                handle = await stack.enter_async_context(
+                    open_segment(self.ctx.bk, seg.ledger_id, self.ctx.password)
+                )
+            except NoSuchLedgerError:
+                # Deleted by retention or truncation meanwhile.
+                return False, DLSN(seg.log_segment_sequence_no + 1, 0, 0)
             entry_id = position.entry_id
             while True:
                 if not seg.in_progress:
@@ -281,8 +290,7 @@ class LogReader:
                 if current is None:
                     return False, DLSN(seg.log_segment_sequence_no + 1, 0, 0)
                 seg = current
-        finally:
-            await handle.close()
+        raise AssertionError("unreachable")
 
     async def _wait_for_more(
         self, handle: ReadHandle, seg: LogSegmentMetadata, lac: int
@@ -318,7 +326,7 @@ class LogReader:
         entries = await handle.read_unconfirmed(first, last)
         seqno = seg.log_segment_sequence_no
         for entry in entries:
-            for record in decode_entry(entry.data, seqno, entry.entry_id, seg.start_sequence_id):
+            for record in records_of(seg, entry):
                 if record.dlsn < position:
                     continue
                 position = record.dlsn.next()

@@ -29,30 +29,35 @@ import logging
 import time
 from collections import deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from dlog.dlsn import DLSN
 from dlog.errors import (
     AlreadyClosedError,
-    BKError,
     BKTransmitError,
     DLogError,
     EndOfStreamError,
-    LedgerFencedError,
     LockingError,
     NoSuchLedgerError,
     TransactionIdOutOfOrderError,
     WriteFencedError,
 )
+from dlog.ledger.appender import (
+    LedgerAppender,
+    RollPolicy,
+    close_context,
+    fail_futures,
+)
 from dlog.ledger.metadata import LedgerCloseContext, LedgerCreateContext, LedgerOwner
 from dlog.ledger.write_handle import WriteHandle
 from dlog.lock import DistributedLock
 from dlog.periodic import PeriodicTask
-from dlog.record import MAX_TXID, LogRecord, RecordSetWriter, decode_entry
+from dlog.record import MAX_TXID, LogRecord, RecordSetWriter
+from dlog.retention import purge_expired
+from dlog.retention import truncate as truncate_stream
 from dlog.segment import LogSegmentMetadata
-
-if TYPE_CHECKING:
-    from dlog.log import LogManager
+from dlog.segment_reader import recover_end
+from dlog.stream import StreamContext
+from dlog.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
 
@@ -63,35 +68,39 @@ _tuple_new = tuple.__new__
 class _Segment:
     meta: LogSegmentMetadata
     version: int
-    handle: WriteHandle
+    appender: LedgerAppender
     buffer: RecordSetWriter
-    started: float
     futures: list[tuple[asyncio.Future[DLSN], int]] = dataclasses.field(default_factory=list)
-    bytes: int = 0
     last_position: int = 0
     last_txid: int | None = None
     last_slot: int = -1
     timer: asyncio.TimerHandle | None = None
     rolling: bool = False
-    lac_task: asyncio.Task[None] | None = None
+
+    @property
+    def handle(self) -> WriteHandle:
+        return self.appender.handle
 
 
 class LogWriter:
     """Write records to a stream. Use ``await log.open_writer()``."""
 
-    def __init__(self, log_manager: LogManager) -> None:
-        self.log = log_manager
-        self.name = log_manager.name
-        conf = log_manager.conf
+    def __init__(self, ctx: StreamContext) -> None:
+        self.ctx = ctx
+        self.name = ctx.name
+        conf = ctx.conf
         self.conf = conf
-        self._store = log_manager.store
-        self._bk = log_manager.namespace.bk
-        self._lock = DistributedLock(log_manager.namespace.zk, self._store.paths(self.name).lock)
+        self._store = ctx.metadata
+        self._bk = ctx.bk
+        self._lock = DistributedLock(ctx.zk, ctx.paths.lock)
         self._buffer_size = conf.writer_output_buffer_size
         self._flush_s = conf.periodic_flush_frequency_milli_seconds / 1000.0
         self._immediate = conf.enable_immediate_flush
         self._max_segment_bytes = conf.max_log_segment_bytes
         self._max_segment_age = conf.log_segment_rolling_minutes * 60.0
+        self._roll_policy = RollPolicy(
+            max_bytes=self._max_segment_bytes, max_age=self._max_segment_age
+        )
         self._compression = conf.compression_type
         self._segment: _Segment | None = None
         # A deque: records written before the first segment exists (or
@@ -108,7 +117,7 @@ class LogWriter:
         self._prev_ledger: int | None = None
         self._next_seqno = conf.first_log_segment_sequence_number
         self._next_start_sequence_id = 0
-        self._tasks: set[asyncio.Task[object]] = set()
+        self._tasks = BackgroundTasks()
         self._purger = PeriodicTask(
             max(1.0, conf.retention_check_interval_minutes * 60.0),
             self._purge,
@@ -158,7 +167,7 @@ class LogWriter:
         """Fence the previous writer's segment and complete its metadata at
         the last entry that may have been acknowledged."""
         try:
-            rh = await self._bk.open_ledger(meta.ledger_id, self.log.password, recovery=True)
+            end = await recover_end(self._bk, meta, self.ctx.password)
         except NoSuchLedgerError:
             log.warning(
                 "stream %s: segment %d has no ledger %d; completing it empty",
@@ -175,34 +184,21 @@ class LogWriter:
             )
             await self._store.complete_segment(self.name, meta, version, completed)
             return
-        lac = rh.last_add_confirmed
-        last_txid, last_slot, count = meta.first_txid, -1, 0
-        if lac >= 0:
-            entry = (await rh.read(lac, lac))[0]
-            records = decode_entry(
-                entry.data, meta.log_segment_sequence_no, lac, meta.start_sequence_id
-            )
-            if records:
-                last = records[-1]
-                last_txid = max(r.txid for r in records)
-                last_slot = last.dlsn.slot_id
-                count = last.position
         completed = meta.complete(
-            last_txid=last_txid,
-            last_entry_id=lac,
-            last_slot_id=last_slot,
-            record_count=count,
+            last_txid=end.last_txid,
+            last_entry_id=end.last_entry_id,
+            last_slot_id=end.last_slot_id,
+            record_count=end.record_count,
             completion_time=_now_ms(),
         )
         await self._store.complete_segment(self.name, meta, version, completed)
-        await rh.close()
         log.info(
             "stream %s: recovered segment %d (ledger %d) at entry %d, %d records",
             self.name,
             meta.log_segment_sequence_no,
             meta.ledger_id,
-            lac,
-            count,
+            end.last_entry_id,
+            end.record_count,
         )
 
     # ------------------------------------------------------------------
@@ -282,22 +278,16 @@ class LogWriter:
         seg.last_slot = buffer.num_records - 1
         seg.last_position = buffer.last_position
         seg.buffer = RecordSetWriter(compression=self._compression, last_position=seg.last_position)
-        seg.bytes += len(data)
-        try:
-            entry_fut = seg.handle.append_nowait(data)
-        except BKError as e:
-            error = self._write_failed(e)
-            for fut, _ in futures:
-                _fail(fut, error)
-            return
         seqno = seg.meta.log_segment_sequence_no
-        entry_fut.add_done_callback(lambda f: self._transmitted(seg, seqno, futures, f))
-        if not seg.rolling and (
-            seg.bytes >= self._max_segment_bytes
-            or time.monotonic() - seg.started >= self._max_segment_age
-        ):
-            reason = "size" if seg.bytes >= self._max_segment_bytes else "time"
-            self._roll(seg, reason)
+        try:
+            seg.appender.append(data, lambda f: self._transmitted(seg, seqno, futures, f))
+        except DLogError as e:
+            fail_futures((fut for fut, _ in futures), self._write_failed(e))
+            return
+        if not seg.rolling:
+            reason = seg.appender.roll_reason()
+            if reason is not None:
+                self._roll(seg, reason)
 
     def _transmitted(
         self,
@@ -308,9 +298,9 @@ class LogWriter:
     ) -> None:
         exc = entry_fut.exception()
         if exc is not None:
-            error = self._write_failed(exc)
-            for fut, _ in futures:
-                _fail(fut, error)
+            fail_futures(
+                (fut for fut, _ in futures), self._write_failed(seg.appender.map_error(exc))
+            )
             return
         entry_id = entry_fut.result()
         last = None
@@ -323,40 +313,16 @@ class LogWriter:
                 fut.set_result(last)
         if last is not None and last > self._last_dlsn:
             self._last_dlsn = last
-        if seg.handle.pending == 0 and seg.lac_task is None and not seg.rolling:
-            # Idle: an entry's LAC rides on the next entry, and there is none
-            # yet. Publish it explicitly so tailing readers see this entry.
-            seg.lac_task = self._spawn(self._publish_lac(seg))  # type: ignore[assignment]
 
-    async def _publish_lac(self, seg: _Segment) -> None:
-        handle = seg.handle
-        try:
-            # Entries that complete while a publish is in flight are covered
-            # by the next round, so the last entry is always published.
-            while handle.last_add_confirmed > handle.lac_published and not handle.is_closed:
-                await handle.write_lac()
-        except Exception as e:
-            log.debug("stream %s: explicit LAC failed: %s", self.name, e)
-        finally:
-            seg.lac_task = None
+    def _fenced(self) -> WriteFencedError:
+        return WriteFencedError(f"stream {self.name!r}: this writer was fenced by a newer writer")
 
-    def _map_error(self, exc: BaseException) -> DLogError:
-        if isinstance(exc, LedgerFencedError):
-            return WriteFencedError(
-                f"stream {self.name!r}: this writer was fenced by a newer writer"
-            )
-        if isinstance(exc, DLogError):
-            if isinstance(exc, (WriteFencedError, LockingError)):
-                return exc
-            return BKTransmitError(f"stream {self.name!r}: writing to bookies failed: {exc}")
-        return BKTransmitError(f"stream {self.name!r}: writing to bookies failed: {exc!r}")
-
-    def _write_failed(self, exc: BaseException) -> DLogError:
-        """Record that a write failed; returns the error to report for it.
-        What the writer knows about its ownership comes first: once its lock
-        is lost or its ledger fenced, that is why nothing more can be
-        written, whatever else the bookies or ZooKeeper said."""
-        error = self._map_error(exc)
+    def _write_failed(self, error: DLogError) -> DLogError:
+        """Record that a write failed with ``error`` (as the appender maps
+        it); returns the error to report for it. What the writer knows about
+        its ownership comes first: once its lock is lost or its ledger
+        fenced, that is why nothing more can be written, whatever else the
+        bookies or ZooKeeper said."""
         self._set_error(error)
         known = self._error
         if known is not None and _is_ownership_error(known) and not _is_ownership_error(error):
@@ -376,32 +342,24 @@ class LogWriter:
         self._error = error
         log.error("stream %s: writer failed: %s", self.name, error)
         queued, self._queued = self._queued, deque()
-        for _, fut in queued:
-            _fail(fut, error)
+        fail_futures((fut for _, fut in queued), error)
         seg = self._segment
         if seg is not None:
             if seg.timer is not None:
                 seg.timer.cancel()
                 seg.timer = None
             pending, seg.futures = seg.futures, []
-            for fut, _ in pending:
-                _fail(fut, error)
+            fail_futures((fut for fut, _ in pending), error)
 
     # ------------------------------------------------------------------
     # segments
     # ------------------------------------------------------------------
-    def _spawn(self, coro: object) -> asyncio.Task[object]:
-        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
     def _ensure_segment(self) -> None:
         if self._segment is not None or self._starting is not None or self._completing is not None:
             return
         if self._error is not None or not self._queued:
             return
-        self._starting = self._spawn(self._start_segment())  # type: ignore[assignment]
+        self._starting = self._tasks.spawn(self._start_segment())
 
     async def _start_segment(self) -> None:
         try:
@@ -434,25 +392,30 @@ class LogWriter:
                 self._buffer(seg, record, fut)
 
     async def _create_segment(self, first_txid: int) -> _Segment:
-        conf = self.conf
         seqno = self._next_seqno
         ctx = LedgerCreateContext(
             created_by=LedgerOwner(system="dlog", service="log-writer", instance=self._lock.owner),
-            part_of_data_set=self.log.data_set,
+            part_of_data_set=self.ctx.data_set,
             expected_max_open_duration_ms=int(self._max_segment_age * 1000),
             expected_max_length=self._max_segment_bytes,
             follows_ledger=self._prev_ledger,
         )
-        handle = await self._bk.create_ledger(
-            conf.ensemble_size,
-            conf.write_quorum_size,
-            conf.ack_quorum_size,
-            conf.bk_digest_type,
-            self.log.password,
-            create_context=ctx,
+        seg: _Segment | None = None
+        appender = await LedgerAppender.create(
+            self._bk,
+            self.ctx.ledger_spec(),
+            ctx,
+            name=f"stream {self.name!r}",
+            tasks=self._tasks,
+            fenced=self._fenced,
+            passthrough=(WriteFencedError, LockingError),
+            policy=self._roll_policy,
+            # Idle: publish the LAC so tailing readers see the last entry,
+            # unless the segment is rolling (closing it seals the LAC).
+            lac_wanted=lambda: seg is not None and not seg.rolling,
         )
         meta = LogSegmentMetadata(
-            ledger_id=handle.ledger_id,
+            ledger_id=appender.ledger_id,
             first_txid=first_txid,
             log_segment_sequence_no=seqno,
             start_sequence_id=self._next_start_sequence_id,
@@ -460,42 +423,28 @@ class LogWriter:
         try:
             version = await self._store.create_segment(self.name, meta)
         except BaseException:
-            try:
-                await handle.close(
-                    LedgerCloseContext.abnormal("segment metadata could not be created")
-                )
-                await self._bk.delete_ledger(handle.ledger_id)
-            except Exception:
-                log.warning("stream %s: could not clean up ledger %d", self.name, handle.ledger_id)
+            await appender.discard(self._bk, "segment metadata could not be created")
             raise
         self._next_seqno = seqno + 1
-        self._prev_ledger = handle.ledger_id
+        self._prev_ledger = appender.ledger_id
         self.segments_written += 1
-        log.info("stream %s: started segment %d on ledger %d", self.name, seqno, handle.ledger_id)
-        return _Segment(
+        log.info("stream %s: started segment %d on ledger %d", self.name, seqno, appender.ledger_id)
+        seg = _Segment(
             meta=meta,
             version=version,
-            handle=handle,
+            appender=appender,
             buffer=RecordSetWriter(compression=self._compression),
-            started=time.monotonic(),
         )
+        return seg
 
     def _roll(self, seg: _Segment, reason: str) -> None:
         seg.rolling = True
         self._segment = None
-        self._completing = self._spawn(self._roll_segment(seg, reason))  # type: ignore[assignment]
+        self._completing = self._tasks.spawn(self._roll_segment(seg, reason))
 
     async def _roll_segment(self, seg: _Segment, reason: str) -> None:
         try:
-            close = (
-                LedgerCloseContext.max_length_reached(
-                    expect_delete_after=self._expect_delete_after()
-                )
-                if reason == "size"
-                else LedgerCloseContext.time_rotation(
-                    expect_delete_after=self._expect_delete_after()
-                )
-            )
+            close = close_context(reason, expect_delete_after=self._expect_delete_after())
             await self._complete(seg, close)
         except DLogError as e:
             self._set_error(e)
@@ -504,7 +453,7 @@ class LogWriter:
         finally:
             self._completing = None
         self._ensure_segment()
-        self._spawn(self._purge())
+        self._tasks.spawn(self._purge())
 
     def _expect_delete_after(self) -> int:
         return _now_ms() + int(self.conf.log_segment_retention_hours * 3600 * 1000)
@@ -515,7 +464,7 @@ class LogWriter:
         await seg.handle.wait_pending(timeout=self.conf.log_flush_timeout_seconds)
         if self._error is not None:
             raise self._error.clone()
-        await seg.handle.close(close)
+        await seg.appender.close(close)
         completed = seg.meta.complete(
             last_txid=seg.last_txid if seg.last_txid is not None else seg.meta.first_txid,
             last_entry_id=seg.handle.last_add_confirmed,
@@ -530,7 +479,7 @@ class LogWriter:
             self.name,
             completed.log_segment_sequence_no,
             completed.record_count,
-            seg.bytes,
+            seg.appender.bytes,
         )
 
     # ------------------------------------------------------------------
@@ -574,7 +523,7 @@ class LogWriter:
     async def truncate(self, dlsn: DLSN) -> bool:
         """Mark everything before ``dlsn`` truncated (see LogManager.truncate)."""
         self._check()
-        return await self.log.truncate(dlsn)
+        return await truncate_stream(self.ctx, dlsn)
 
     async def close(self) -> None:
         """Flush, complete the current segment and release the stream."""
@@ -616,7 +565,7 @@ class LogWriter:
     # ------------------------------------------------------------------
     async def _purge(self) -> None:
         try:
-            await self.log.purge_expired()
+            await purge_expired(self.ctx)
         except Exception as e:
             log.warning("stream %s: retention purge failed: %s", self.name, e)
 
@@ -624,12 +573,6 @@ class LogWriter:
 def _is_ownership_error(error: DLogError | None) -> bool:
     """Lost lock or fenced: this writer no longer owns the stream."""
     return isinstance(error, (LockingError, WriteFencedError))
-
-
-def _fail(fut: asyncio.Future[DLSN], error: DLogError) -> None:
-    if not fut.done():
-        fut.set_exception(error.clone())
-        fut.exception()
 
 
 def _now_ms() -> int:

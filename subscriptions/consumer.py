@@ -14,30 +14,33 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
 
 from dlog.dlsn import DLSN
 from dlog.errors import EndOfStreamError, IllegalStateError
+from dlog.reader import LogReader
 from dlog.record import LogRecordWithDLSN
-
-if TYPE_CHECKING:
-    from dlog.log import LogManager
-    from dlog.reader import LogReader
-    from subscriptions.store import SubscriptionsStore
+from dlog.stream import StreamContext
+from subscriptions.store import SubscriptionsStore
 
 
 class Consumer:
-    def __init__(self, log_manager: LogManager, subscriber_id: str) -> None:
-        self.log = log_manager
+    """Get one with ``await log.subscribe(subscriber_id)``."""
+
+    def __init__(self, ctx: StreamContext, store: SubscriptionsStore, subscriber_id: str) -> None:
+        self.ctx = ctx
         self.subscriber_id = subscriber_id
-        self.store: SubscriptionsStore = log_manager.subscriptions
+        self.store = store
         self._reader: LogReader | None = None
         self._last: DLSN | None = None
         self._closed = False
 
+    @property
+    def stream(self) -> str:
+        return self.ctx.name
+
     async def _open(self) -> Consumer:
         position = await self.store.acquire(self.subscriber_id)
-        self._reader = await self.log.open_reader(from_dlsn=position.next())
+        self._reader = await LogReader.open(self.ctx, from_dlsn=position.next())
         return self
 
     @property
@@ -106,7 +109,7 @@ class Consumer:
         """Read from ``dlsn`` on (nothing is committed by seeking)."""
         if self._reader is not None:
             await self._reader.close()
-        self._reader = await self.log.open_reader(from_dlsn=dlsn)
+        self._reader = await LogReader.open(self.ctx, from_dlsn=dlsn)
         self._last = None
 
     async def close(self) -> None:

@@ -62,19 +62,20 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from dlog.dlsn import DLSN
-from dlog.errors import (
-    BKError,
-    BKTransmitError,
-    DLogError,
-    LedgerFencedError,
-    SubscriptionFencedError,
-)
+from dlog.errors import BKTransmitError, DLogError, LedgerFencedError, SubscriptionFencedError
 from dlog.failpoints import afailpoint
+from dlog.ledger.appender import (
+    LedgerAppender,
+    RollPolicy,
+    close_context,
+    fail_futures,
+)
 from dlog.ledger.metadata import LedgerCloseContext, LedgerCreateContext, LedgerOwner
 from dlog.singleflight import SingleFlight
+from dlog.stream import StreamContext
+from dlog.tasks import BackgroundTasks
 from dlog.zk import BadVersionError, NodeExistsError, NoNodeError
 from subscriptions.format import (
     SEGMENT_FORMAT,
@@ -84,22 +85,29 @@ from subscriptions.format import (
 )
 from subscriptions.store import ATTEMPTS, SubscriptionsStore
 
-if TYPE_CHECKING:
-    from dlog.ledger.write_handle import WriteHandle
-    from dlog.log import LogManager
-
 log = logging.getLogger(__name__)
 
 #: Appends a subscription keeps in flight; more commits coalesce into the next.
 MAX_INFLIGHT = 4
 
-#: Why a segment is switched, and the BP-44 close reason its old ledger gets.
-ROLL_ENTRIES, ROLL_BYTES, ROLL_AGE, TAKEOVER = "max entries", "max bytes", "max age", "takeover"
-_CLOSE_CONTEXT: dict[str, Callable[..., LedgerCloseContext]] = {
-    ROLL_ENTRIES: LedgerCloseContext.max_entries_reached,
-    ROLL_BYTES: LedgerCloseContext.max_length_reached,
-    ROLL_AGE: LedgerCloseContext.time_rotation,
-}
+#: A segment switch that is not a roll (whose reasons are the appender's).
+TAKEOVER = "takeover"
+
+
+def appends_to_send(inflight: int, requested: DLSN, sent: DLSN) -> bool:
+    """Whether to send another append now: there is a position asked for
+    beyond the last one sent, and fewer than MAX_INFLIGHT appends are in
+    flight (otherwise commits wait and coalesce into the next append)."""
+    return inflight < MAX_INFLIGHT and requested > sent
+
+
+def covering_append(targets: list[DLSN], dlsn: DLSN) -> int | None:
+    """Index of the first append in flight (their targets, in send order)
+    whose durability covers a commit of ``dlsn``; None if none does."""
+    for i, target in enumerate(targets):
+        if target >= dlsn:
+            return i
+    return None
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -116,27 +124,35 @@ class _Owned:
     znode: SegmentSubscription
     version: int
     durable: DLSN
-    handle: WriteHandle | None = None
+    appender: LedgerAppender | None = None
     #: Highest position asked for, and highest sent in an append.
     requested: DLSN = dataclasses.field(default=None)  # type: ignore[assignment]
     sent: DLSN = dataclasses.field(default=None)  # type: ignore[assignment]
     #: Commits not covered by an append sent yet.
     waiting: list[asyncio.Future[None]] = dataclasses.field(default_factory=list)
     inflight: collections.deque[_Append] = dataclasses.field(default_factory=collections.deque)
-    entries: int = 0
-    bytes: int = 0
-    started: float = 0.0
     switching: asyncio.Task[None] | None = None
     idle: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     error: DLogError | None = None
-    #: Publishing the LAC: checked once appends go idle, then running.
-    lac_check: bool = False
-    lac_task: asyncio.Task[None] | None = None
     pump_scheduled: bool = False
+    #: The znode version this owner's compare-and-set chain started at.
+    #: Each of its writes is a compare-and-set at the version it wrote
+    #: last, so versions ``first_version..version`` are all its own.
+    first_version: int = -1
 
     def __post_init__(self) -> None:
         self.requested = self.sent = self.durable
+        self.first_version = self.version
         self.idle.set()
+
+    def wrote(self, version: int | None) -> bool:
+        """Whether the znode at ``version`` was written by this owner."""
+        return version is not None and self.first_version <= version <= self.version
+
+    @property
+    def entries(self) -> int:
+        """Entries in the current segment."""
+        return self.appender.entries if self.appender is not None else 0
 
 
 class LogSegmentSubscriptionsStore(SubscriptionsStore):
@@ -145,15 +161,16 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
     #: The clock segment ages are measured with (tests move it).
     clock: Callable[[], float] = staticmethod(time.monotonic)
 
-    def __init__(self, log_manager: LogManager) -> None:
-        super().__init__(log_manager)
+    def __init__(self, ctx: StreamContext) -> None:
+        super().__init__(ctx)
         conf = self.conf
         self.max_entries = conf.subscription_segment_max_entries
         self.max_bytes = conf.subscription_segment_max_bytes
         self.max_age = conf.subscription_segment_max_age_minutes * 60.0
+        self._roll_policy = RollPolicy(self.max_entries, self.max_bytes, self.max_age)
         self._subs: dict[str, _Owned] = {}
         self._acquiring: SingleFlight[_Owned] = SingleFlight()
-        self._tasks: set[asyncio.Task[object]] = set()
+        self._tasks = BackgroundTasks()
         self.switches = 0
         self.zk.add_state_listener(self._on_zk_state)
         self._session_lost = False
@@ -174,9 +191,13 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
         st = self._subs.get(subscriber_id)
         if st is None or st.error is not None:
             return None
-        if st.switching is None and st.version != version:
+        if st.switching is None and not st.wrote(version):
             return None  # written by someone else: not ours to vouch for
         return st.durable
+
+    def _wrote(self, subscriber_id: str, version: int | None) -> bool:
+        st = self._subs.get(subscriber_id)
+        return st is not None and st.error is None and st.wrote(version)
 
     def _lost(self, subscriber_id: str) -> None:
         # The failed state stays: commits keep failing until the caller
@@ -271,7 +292,7 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
             self._session_lost = False
             for st in list(self._subs.values()):
                 if st.error is None:
-                    self._spawn(self._reregister(st))
+                    self._tasks.spawn(self._reregister(st))
 
     async def _reregister(self, st: _Owned) -> None:
         """After a new session: register again, or learn we were fenced."""
@@ -311,10 +332,9 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
         fut: asyncio.Future[None] = loop.create_future()
         if dlsn <= st.sent:
             # An append in flight covers it: wait for the first such one.
-            for a in st.inflight:
-                if a.target >= dlsn:
-                    a.waiters.append(fut)
-                    break
+            i = covering_append([a.target for a in st.inflight], dlsn)
+            if i is not None:
+                st.inflight[i].waiters.append(fut)
         else:
             if dlsn > st.requested:
                 st.requested = dlsn
@@ -333,44 +353,35 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
         self._pump(st)
 
     def _pump(self, st: _Owned) -> None:
-        handle = st.handle
-        if st.error is not None or st.switching is not None or handle is None:
+        appender = st.appender
+        if st.error is not None or st.switching is not None or appender is None:
             return
-        while len(st.inflight) < MAX_INFLIGHT and st.requested > st.sent:
+        while appends_to_send(len(st.inflight), st.requested, st.sent):
             target = st.sent = st.requested
-            data = encode_commit(target)
-            try:
-                fut = handle.append_nowait(data)
-            except BKError as e:
-                self._fail(st, self._map_error(st, e))
-                return
             append = _Append(target, st.waiting)
+            try:
+                appender.append(
+                    encode_commit(target), functools.partial(self._appended, st, appender, append)
+                )
+            except DLogError as e:
+                self._fail(st, e)
+                return
             st.waiting = []
             st.inflight.append(append)
             st.idle.clear()
-            st.entries += 1
-            st.bytes += len(data)
-            fut.add_done_callback(functools.partial(self._appended, st, append))
-            reason = self._roll_reason(st)
+            reason = appender.roll_reason()
             if reason is not None:
                 self._start_roll(st, reason)
                 return
 
-    def _roll_reason(self, st: _Owned) -> str | None:
-        if st.entries >= self.max_entries:
-            return ROLL_ENTRIES
-        if st.bytes >= self.max_bytes:
-            return ROLL_BYTES
-        if self.clock() - st.started >= self.max_age:
-            return ROLL_AGE
-        return None
-
-    def _appended(self, st: _Owned, append: _Append, fut: asyncio.Future[int]) -> None:
+    def _appended(
+        self, st: _Owned, appender: LedgerAppender, append: _Append, fut: asyncio.Future[int]
+    ) -> None:
         if st.error is not None:
             return  # _fail answered its waiters already
         exc = fut.exception()
         if exc is not None:
-            self._fail(st, self._map_error(st, exc))
+            self._fail(st, appender.map_error(exc))
             return
         # A ledger completes appends in order, and targets only grow.
         st.inflight.popleft()
@@ -382,41 +393,7 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
                 pass  # its caller stopped waiting (cancelled)
         if not st.inflight:
             st.idle.set()
-            if not st.lac_check and st.lac_task is None:
-                # After the waiters just woken have run: if one commits again
-                # at once, its append carries this LAC and none is sent.
-                st.lac_check = True
-                self._loop.call_soon(self._lac_due, st)  # type: ignore[union-attr]
         self._pump(st)
-
-    def _lac_due(self, st: _Owned) -> None:
-        st.lac_check = False
-        if st.error is None and st.lac_task is None and not st.inflight and st.requested <= st.sent:
-            st.lac_task = self._spawn(self._publish_lac(st))  # type: ignore[assignment]
-
-    async def _publish_lac(self, st: _Owned) -> None:
-        """Keep the segment's LAC current while idle, so reads in other
-        processes (which never fence) see the latest commit. Sent only when
-        no commit is waiting for an append once the acknowledged ones have
-        run (BookKeeper's explicitLacInterval idea, counted in loop passes):
-        a busy subscription's next append carries the LAC anyway, and each
-        WRITE_LAC is journaled on every bookie of the ensemble."""
-        try:
-            await afailpoint("subscriptions.publish_lac")
-            handle = st.handle
-            while handle is not None and handle.last_add_confirmed > handle.lac_published:
-                await handle.write_lac()
-        except Exception as e:
-            log.debug("subscriber %s: explicit LAC failed: %s", st.subscriber_id, e)
-        finally:
-            st.lac_task = None
-
-    def _map_error(self, st: _Owned, exc: BaseException) -> DLogError:
-        if isinstance(exc, (LedgerFencedError, SubscriptionFencedError)):
-            return self._fenced(st.subscriber_id)
-        if isinstance(exc, DLogError):
-            return exc if not isinstance(exc, BKError) else BKTransmitError(f"commit failed: {exc}")
-        return BKTransmitError(f"commit failed: {exc!r}")
 
     def _fail(self, st: _Owned, error: DLogError) -> None:
         if st.error is None:
@@ -426,10 +403,7 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
         for a in st.inflight:
             waiters.extend(a.waiters)
         st.waiting, st.inflight = [], collections.deque()
-        for w in waiters:
-            if not w.done():
-                w.set_exception(error.clone())
-                w.exception()  # a caller that stopped waiting must not warn
+        fail_futures(waiters, error)
         st.idle.set()
 
     # ------------------------------------------------------------------
@@ -437,7 +411,7 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
     # ------------------------------------------------------------------
     def _start_roll(self, st: _Owned, reason: str) -> None:
         if st.switching is None:
-            st.switching = self._spawn(self._roll(st, reason))  # type: ignore[assignment]
+            st.switching = self._tasks.spawn(self._roll(st, reason))
 
     async def _roll(self, st: _Owned, reason: str) -> None:
         try:
@@ -465,16 +439,13 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
         """Steps 1-3: move the subscription to segment ``new_id`` (recorded
         in the znode already), holding ``st.durable``."""
         sid = st.subscriber_id
-        old_handle, old_segment = st.handle, st.znode.segment_id
+        old_appender, old_segment = st.appender, st.znode.segment_id
         position = st.durable
         # 1. the new segment, holding the position
-        handle = await self.bk.create_ledger(
-            self.conf.ensemble_size,
-            self.conf.write_quorum_size,
-            self.conf.ack_quorum_size,
-            self.conf.bk_digest_type,
-            self.log.password,
-            create_context=LedgerCreateContext(
+        appender = await LedgerAppender.create(
+            self.bk,
+            self.ctx.ledger_spec(),
+            LedgerCreateContext(
                 created_by=LedgerOwner(system="dlog", service="subscriptions"),
                 part_of_data_set=self.data_set(sid),
                 expected_max_entries=self.max_entries,
@@ -483,10 +454,22 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
                 follows_ledger=old_segment,
             ),
             ledger_id=new_id,
+            name=f"stream {self.stream!r}: subscriber {sid!r}",
+            tasks=self._tasks,
+            fenced=lambda: self._fenced(sid),
+            fenced_by=(LedgerFencedError, SubscriptionFencedError),
+            passthrough=(DLogError,),
+            policy=self._roll_policy,
+            # Publish the LAC only when no commit waits for an append once
+            # the woken callers have run: a busy subscription's next append
+            # carries it anyway.
+            lac_wanted=lambda: st.error is None and st.requested <= st.sent,
+            lac_failpoint="subscriptions.publish_lac",
+            clock=lambda: self.clock(),
         )
         first = encode_commit(position)
         try:
-            await handle.append(first)
+            await appender.handle.append(first)
             await afailpoint("subscriptions.roll.after_new_segment")
             # 2. switch
             switched = SegmentSubscription(
@@ -495,18 +478,19 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
             st.version = await self._cas(sid, switched, st.version)
         except BaseException:
             # Not switched: nobody else will ever use this ledger.
-            await self._discard(handle)
+            await appender.discard(
+                self.bk, "subscription switch failed", expect_delete_after=_now_ms()
+            )
             raise
         st.znode = switched
-        st.handle = handle
-        st.entries, st.bytes, st.started = 1, len(first), self.clock()
+        st.appender = appender
+        appender.entries, appender.bytes = 1, len(first)
         self.switches += 1
         await afailpoint("subscriptions.roll.after_switch")
         # 3. the old segment goes
-        if old_handle is not None:
-            make_context = _CLOSE_CONTEXT.get(reason, LedgerCloseContext.client_shutdown)
+        if old_appender is not None:
             try:
-                await old_handle.close(make_context(expect_delete_after=_now_ms()))
+                await old_appender.close(close_context(reason, expect_delete_after=_now_ms()))
             except DLogError as e:
                 log.warning("subscriber %s: closing old segment %s failed: %s", sid, old_segment, e)
         await afailpoint("subscriptions.roll.after_close")
@@ -515,17 +499,6 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
         log.debug(
             "subscriber %s: %s: segment %s -> %d at %s", sid, reason, old_segment, new_id, position
         )
-
-    async def _discard(self, handle: WriteHandle) -> None:
-        try:
-            await handle.close(
-                LedgerCloseContext.abnormal(
-                    "subscription switch failed", expect_delete_after=_now_ms()
-                )
-            )
-        except Exception:
-            pass
-        await self._delete_ledgers(handle.ledger_id)
 
     async def _cas(self, subscriber_id: str, sub: SegmentSubscription, version: int | None) -> int:
         path = self.znode(subscriber_id)
@@ -574,7 +547,7 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
         await self._quiesce(st)
         if st.error is not None:
             return
-        old_handle, old_segment = st.handle, st.znode.segment_id
+        old_appender, old_segment = st.appender, st.znode.segment_id
         closed = SegmentSubscription(
             name=subscriber_id,
             segment_id=None,
@@ -590,9 +563,9 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
         # Set before failing, so that releasing is not logged as a failure.
         st.error = SubscriptionFencedError(f"subscriber {subscriber_id!r} was released")
         self._fail(st, st.error)
-        if old_handle is not None:
+        if old_appender is not None:
             try:
-                await old_handle.close(
+                await old_appender.close(
                     LedgerCloseContext.client_shutdown(expect_delete_after=_now_ms())
                 )
             except DLogError as e:
@@ -610,14 +583,7 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
                 await self.release(sid)
             except Exception as e:
                 log.warning("stream %s: releasing subscriber %s failed: %s", self.stream, sid, e)
-        for t in list(self._tasks):
-            t.cancel()
-
-    def _spawn(self, coro: object) -> asyncio.Task[object]:
-        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+        self._tasks.cancel_all()
 
 
 def _now_ms() -> int:

@@ -80,16 +80,13 @@ import dataclasses
 import logging
 import random
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
 
 from dlog.dlsn import DLSN
-from dlog.errors import SubscriptionFencedError
+from dlog.errors import LogNotFoundError, SubscriptionFencedError
+from dlog.stream import StreamCatalog, StreamContext
+from subscriptions.factory import store_for
 from subscriptions.format import SEGMENT_FORMAT, ZK_FORMAT
-
-if TYPE_CHECKING:
-    from dlog.log import LogManager
-    from dlog.namespace import Namespace
-    from subscriptions.store import SubscriptionsStore
+from subscriptions.store import SubscriptionsStore
 
 log = logging.getLogger(__name__)
 
@@ -134,19 +131,6 @@ def target_format(name: str) -> str:
     return fmt
 
 
-def store_for(log_manager: LogManager, fmt: str) -> SubscriptionsStore:
-    """A new store writing ``fmt`` for one stream, whatever the flag says."""
-    if fmt == SEGMENT_FORMAT:
-        from subscriptions.log_segment import LogSegmentSubscriptionsStore
-
-        return LogSegmentSubscriptionsStore(log_manager)
-    if fmt == ZK_FORMAT:
-        from subscriptions.zk import ZKSubscriptionsStore
-
-        return ZKSubscriptionsStore(log_manager)
-    raise ValueError(f"unknown subscriptions format {fmt!r}")
-
-
 @dataclasses.dataclass(frozen=True)
 class MigrationResult:
     """One row of ``dlog subscriptions migrate``."""
@@ -175,7 +159,7 @@ def _describe_error(e: BaseException) -> str:
 
 
 async def migrate_subscriber(
-    log_manager: LogManager,
+    ctx: StreamContext,
     subscriber_id: str,
     fmt: str,
     *,
@@ -188,8 +172,8 @@ async def migrate_subscriber(
     FAILED and why."""
     own_reader = reader is None
     if reader is None:
-        reader = store_for(log_manager, ZK_FORMAT)  # only reads: never writes, never fences
-    stream = log_manager.name
+        reader = store_for(ctx, ZK_FORMAT)  # only reads: never writes, never fences
+    stream = ctx.name
 
     def row(**kw: object) -> MigrationResult:
         return MigrationResult(stream=stream, subscriber_id=subscriber_id, **kw)  # type: ignore[arg-type]
@@ -222,7 +206,7 @@ async def migrate_subscriber(
                 position_after=before.position,
                 result=DRY_RUN,
             )
-        acquired = await _convert(log_manager, subscriber_id, fmt, attempts)
+        acquired = await _convert(ctx, subscriber_id, fmt, attempts)
         after = await reader.describe(subscriber_id)
         problem = None
         if after.format != fmt:
@@ -259,12 +243,12 @@ async def migrate_subscriber(
             await reader.close()
 
 
-async def _convert(log_manager: LogManager, subscriber_id: str, fmt: str, attempts: int) -> DLSN:
+async def _convert(ctx: StreamContext, subscriber_id: str, fmt: str, attempts: int) -> DLSN:
     """Take ownership with a ``fmt`` store and release it gracefully;
     retried when a live owner changes the znode under the conversion.
     Returns the position the conversion took over."""
     for attempt in range(1, attempts + 1):
-        store = store_for(log_manager, fmt)
+        store = store_for(ctx, fmt)
         try:
             position = await store.acquire(subscriber_id)
             await store.release(subscriber_id)
@@ -274,7 +258,7 @@ async def _convert(log_manager: LogManager, subscriber_id: str, fmt: str, attemp
                 raise
             log.info(
                 "stream %s: subscriber %s changed while converting (%s); retrying",
-                log_manager.name,
+                ctx.name,
                 subscriber_id,
                 e,
             )
@@ -284,11 +268,9 @@ async def _convert(log_manager: LogManager, subscriber_id: str, fmt: str, attemp
     raise AssertionError("unreachable")
 
 
-async def plan(ns: Namespace, streams: Iterable[str] | None = None) -> list[tuple[str, str]]:
+async def plan(ns: StreamCatalog, streams: Iterable[str] | None = None) -> list[tuple[str, str]]:
     """(stream, subscriber) pairs to migrate, sorted; a stream named in
     ``streams`` that does not exist raises LogNotFoundError."""
-    from dlog.errors import LogNotFoundError
-
     if streams is None:
         names = sorted(await ns.get_logs())
     else:
@@ -298,14 +280,13 @@ async def plan(ns: Namespace, streams: Iterable[str] | None = None) -> list[tupl
                 raise LogNotFoundError(f"stream {name!r} does not exist in {ns.uri}")
     out = []
     for name in names:
-        lm = await ns.open_log(name)
-        reader = store_for(lm, ZK_FORMAT)
+        reader = store_for((await ns.open_log(name)).context, ZK_FORMAT)
         out += [(name, sid) for sid in await reader.list_subscribers()]
     return out
 
 
 async def migrate_stream(
-    log_manager: LogManager,
+    ctx: StreamContext,
     fmt: str,
     subscriber_ids: Iterable[str] | None = None,
     *,
@@ -313,14 +294,14 @@ async def migrate_stream(
     on_result: Callable[[MigrationResult], None] | None = None,
 ) -> list[MigrationResult]:
     """Migrate a stream's subscribers (all of them by default), one by one."""
-    reader = store_for(log_manager, ZK_FORMAT)
+    reader = store_for(ctx, ZK_FORMAT)
     try:
         ids = (
             list(subscriber_ids) if subscriber_ids is not None else await reader.list_subscribers()
         )
         results = []
         for sid in ids:
-            r = await migrate_subscriber(log_manager, sid, fmt, dry_run=dry_run, reader=reader)
+            r = await migrate_subscriber(ctx, sid, fmt, dry_run=dry_run, reader=reader)
             results.append(r)
             if on_result is not None:
                 on_result(r)
@@ -330,7 +311,7 @@ async def migrate_stream(
 
 
 async def migrate_subscriptions(
-    ns: Namespace,
+    ns: StreamCatalog,
     to: str,
     *,
     streams: Iterable[str] | None = None,
@@ -352,6 +333,6 @@ async def migrate_subscriptions(
         by_stream.setdefault(stream, []).append(sid)
     results: list[MigrationResult] = []
     for stream, ids in by_stream.items():
-        lm = await ns.open_log(stream)
-        results += await migrate_stream(lm, fmt, ids, dry_run=dry_run, on_result=on_result)
+        ctx = (await ns.open_log(stream)).context
+        results += await migrate_stream(ctx, fmt, ids, dry_run=dry_run, on_result=on_result)
     return results

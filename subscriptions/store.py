@@ -28,10 +28,12 @@ import json
 import logging
 import os
 import socket
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from dlog.dlsn import DLSN, NonInclusiveLowerBound
 from dlog.errors import NoSuchLedgerError, SubscriptionCorruptedError, SubscriptionFencedError
+from dlog.segment_reader import last_entry
+from dlog.stream import StreamContext
 from dlog.zk import BadVersionError, NoNodeError, NotEmptyError, first_error
 from subscriptions.format import (
     SEGMENT_FORMAT,
@@ -43,9 +45,6 @@ from subscriptions.format import (
     decode_znode,
     validate_subscriber_id,
 )
-
-if TYPE_CHECKING:
-    from dlog.log import LogManager
 
 log = logging.getLogger(__name__)
 
@@ -100,13 +99,13 @@ class SubscriptionsStore(abc.ABC):
     #: The znode format this store writes.
     format: ClassVar[str]
 
-    def __init__(self, log_manager: LogManager) -> None:
-        self.log = log_manager
-        self.stream = log_manager.name
-        self.zk = log_manager.namespace.zk
-        self.bk = log_manager.namespace.bk
-        self.conf = log_manager.conf
-        self.path = log_manager.store.paths(log_manager.name).subscribers
+    def __init__(self, ctx: StreamContext) -> None:
+        self.ctx = ctx
+        self.stream = ctx.name
+        self.zk = ctx.zk
+        self.bk = ctx.bk
+        self.conf = ctx.conf
+        self.path = ctx.paths.subscribers
         self.closed = False
 
     def znode(self, subscriber_id: str) -> str:
@@ -117,7 +116,7 @@ class SubscriptionsStore(abc.ABC):
 
     def data_set(self, subscriber_id: str) -> str:
         """The BP-44 data set of a subscription's segment ledgers."""
-        return f"{self.log.data_set}/subscribers/{subscriber_id}"
+        return f"{self.ctx.data_set}/subscribers/{subscriber_id}"
 
     # ------------------------------------------------------------------
     # the interface
@@ -219,6 +218,11 @@ class SubscriptionsStore(abc.ABC):
         :meth:`_owned` cannot answer (a segment switch under way)."""
         return None
 
+    def _wrote(self, subscriber_id: str, version: int | None) -> bool:
+        """Whether this store itself wrote the znode at ``version`` (and
+        still owns the subscription)."""
+        return False
+
     def _lost(self, subscriber_id: str) -> None:  # noqa: B027 - optional hook
         """Another owner wrote the subscription's znode."""
 
@@ -259,8 +263,10 @@ class SubscriptionsStore(abc.ABC):
             owner = None
             znode, version = await self.read_znode(subscriber_id)
             owned = self._owned(subscriber_id)
-            if owned is not None and owned[1] != version:
+            if owned is not None and owned[1] != version and not self._wrote(subscriber_id, version):
                 # Someone else wrote the znode: this store no longer owns it.
+                # (An older version of its own, read while a switch of its
+                # own moved the znode on, is still its own.)
                 self._lost(subscriber_id)
                 owned = None
             if znode is None:
@@ -280,6 +286,11 @@ class SubscriptionsStore(abc.ABC):
                     if await self._changed_since(subscriber_id, version):
                         continue  # switched away and deleted meanwhile: read again
                     raise self._missing_segment(subscriber_id, znode.segment_id) from None
+                if owner is None and await self.read_owner(subscriber_id) is not None:
+                    # An owner registered while the segment was read beyond
+                    # its LAC: what was read may be its commits in flight
+                    # (it registers before it appends). Read again, to the LAC.
+                    continue
             if owned is not None:
                 position = max(position, owned[0])
             elif fmt == SEGMENT_FORMAT:
@@ -316,11 +327,9 @@ class SubscriptionsStore(abc.ABC):
         self, ledger_id: int, *, fence: bool, beyond_lac: bool = False
     ) -> DLSN | None:
         """The commit in a segment's last entry; None if it has none."""
-        rh = await self.bk.open_ledger(ledger_id, self.log.password, recovery=fence)
-        try:
-            entry = await rh.read_last_entry(beyond_lac=beyond_lac)
-        finally:
-            await rh.close()
+        entry = await last_entry(
+            self.bk, ledger_id, self.ctx.password, fence=fence, beyond_lac=beyond_lac
+        )
         if entry is None:
             return None
         return decode_commit(entry.data, f"ledger {ledger_id} entry {entry.entry_id}")
@@ -412,7 +421,7 @@ class SubscriptionsStore(abc.ABC):
                     "stream %s: could not delete subscription ledger %d (BP-44 data set %s/*): %s",
                     self.stream,
                     lid,
-                    f"{self.log.data_set}/subscribers",
+                    f"{self.ctx.data_set}/subscribers",
                     e,
                 )
 

@@ -21,8 +21,9 @@ async def crash(ns: Namespace) -> None:
     ns._logs.clear()  # a later ns.close() must not release anything
     for store in stores:
         store.closed = True
-        for task in list(getattr(store, "_tasks", ())):
-            task.cancel()
+        tasks = getattr(store, "_tasks", None)
+        if tasks is not None:
+            tasks.cancel_all()
     ns.bk.closed = True
     ns.bk.watcher.close()
     await ns.bk.pool.close()

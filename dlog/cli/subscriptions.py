@@ -60,9 +60,10 @@ def _print_table(table: Table) -> None:
 
 def _admin_store(lm: LogManager) -> SubscriptionsStore:
     """A store used only to read (both formats); it never writes or fences."""
-    from subscriptions.zk import ZKSubscriptionsStore
+    from subscriptions.factory import store_for
+    from subscriptions.format import ZK_FORMAT
 
-    return ZKSubscriptionsStore(lm)
+    return store_for(lm.context, ZK_FORMAT)
 
 
 def _check_id(subscriber_id: str) -> None:
@@ -214,11 +215,10 @@ async def _ledger_summary(ns: Namespace, lm: LogManager, ledger_id: int) -> dict
         out["last entry"] = f"{md.last_entry_id} (closed)"
         out["length"] = f"{md.length} bytes"
     else:
-        rh = await ns.bk.open_ledger(ledger_id, lm.password, recovery=False)
-        try:
+        from dlog.segment_reader import open_segment
+
+        async with open_segment(ns.bk, ledger_id, lm.password) as rh:
             lac = await rh.read_last_add_confirmed()
-        finally:
-            await rh.close()
         out["last entry"] = f"{lac} (last add confirmed; the ledger is open)"
     ctx = md.create_context
     if ctx is not None and ctx.part_of_data_set:

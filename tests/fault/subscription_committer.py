@@ -61,7 +61,7 @@ PRELOAD = (
     "dlog.namespace",
     "subscriptions.format",
     "subscriptions.log_segment",
-    "subscriptions.zk",
+    "subscriptions.zk_store",
 )
 
 _PR_SET_PDEATHSIG = 1

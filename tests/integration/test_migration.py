@@ -45,7 +45,7 @@ async def seed_zk_format(ns: Namespace) -> None:
     """Subscribers committed by DistributedLog's ZooKeeper store."""
     for stream, subs in POSITIONS.items():
         lm = await ns.open_log(stream)
-        store = store_for(lm, ZK_FORMAT)
+        store = store_for(lm.context, ZK_FORMAT)
         for sid, position in subs.items():
             await store.reset_position(sid, position)
         await store.close()
@@ -55,7 +55,7 @@ async def raw_znodes(ns: Namespace) -> dict[tuple[str, str], tuple[bytes, int]]:
     out = {}
     for stream, subs in POSITIONS.items():
         lm = await ns.open_log(stream)
-        path = store_for(lm, ZK_FORMAT).path
+        path = store_for(lm.context, ZK_FORMAT).path
         for sid in subs:
             data, stat = await ns.zk.get(f"{path}/{sid}")
             out[(stream, sid)] = (data, stat.version)
@@ -99,12 +99,12 @@ async def test_round_trip_zk_to_log_segment_and_back(open_ns) -> None:
     # What a graceful release leaves: the log-segment format, no segment,
     # last_commit_dlsn = the position; and no subscription ledger behind.
     for (stream, sid), position in expected.items():
-        store = store_for(await ns.open_log(stream), ZK_FORMAT)
+        store = store_for((await ns.open_log(stream)).context, ZK_FORMAT)
         znode, _ = await store.read_znode(sid)
         assert isinstance(znode, SegmentSubscription), znode
         assert (znode.name, znode.segment_id, znode.last_commit) == (sid, None, position)
         # ... which a log-segment consumer opening it reads.
-        owner = store_for(await ns.open_log(stream), SEGMENT_FORMAT)
+        owner = store_for((await ns.open_log(stream)).context, SEGMENT_FORMAT)
         assert await owner.acquire(sid) == position
         await owner.close()
     assert await subscription_ledgers(ns) == []
@@ -115,7 +115,7 @@ async def test_round_trip_zk_to_log_segment_and_back(open_ns) -> None:
         assert r.result == CONVERTED, r
         assert (r.format_before, r.format_after) == (SEGMENT_FORMAT, ZK_FORMAT)
         assert r.position_before == r.position_after == position
-        data, _ = await ns.zk.get(f"{store_for(await ns.open_log(stream), ZK_FORMAT).path}/{sid}")
+        data, _ = await ns.zk.get(f"{store_for((await ns.open_log(stream)).context, ZK_FORMAT).path}/{sid}")
         assert data == position.serialize().encode()  # DistributedLog's bytes exactly
     assert await subscription_ledgers(ns) == []
 
@@ -159,7 +159,7 @@ async def test_dry_run_writes_nothing(open_ns, zk_server) -> None:
         assert (r.format_before, r.format_after) == (ZK_FORMAT, SEGMENT_FORMAT)
         assert r.position_before == r.position_after == position
         assert isinstance(
-            (await store_for(await ns.open_log("orders"), ZK_FORMAT).read_znode(sid))[0], ZkPosition
+            (await store_for((await ns.open_log("orders")).context, ZK_FORMAT).read_znode(sid))[0], ZkPosition
         )
     for sid in POSITIONS["payments"]:
         assert results[("payments", sid)].result == ALREADY
@@ -174,7 +174,7 @@ async def test_a_missing_stream_is_an_error_and_a_bad_znode_fails_alone(open_ns)
         await migrate_subscriptions(ns, "log-segment", streams=["nope"])
     with pytest.raises(ValueError):
         await migrate_subscriptions(ns, "mysql")
-    path = store_for(await ns.open_log("orders"), ZK_FORMAT).path
+    path = store_for((await ns.open_log("orders")).context, ZK_FORMAT).path
     await ns.zk.create(f"{path}/broken", b"\x00not a position")
     rows = by_key(await migrate_subscriptions(ns, "log-segment", streams=["orders"]))
     assert rows[("orders", "broken")].result == FAILED
@@ -221,7 +221,7 @@ async def test_a_live_consumer_is_fenced_and_the_position_never_regresses(
                 await asyncio.sleep(pace)
 
     admin_ns = await open_ns()
-    admin = store_for(await admin_ns.open_log("events"), ZK_FORMAT)
+    admin = store_for((await admin_ns.open_log("events")).context, ZK_FORMAT)
     observed: list[DLSN] = []
     stop = asyncio.Event()
 
@@ -266,7 +266,7 @@ async def test_a_consumer_restarting_during_the_conversion_keeps_its_commits(
     writes, a consumer restarted with the flag off converts the same
     subscription itself and commits further. The migration must keep that
     acknowledged commit, not write back the position it read."""
-    from subscriptions.zk import ZKSubscriptionsStore
+    from subscriptions.zk_store import ZKSubscriptionsStore
 
     ns = await open_ns(True)
     seg = (await ns.open_log("events")).subscriptions
@@ -294,7 +294,7 @@ async def test_a_consumer_restarting_during_the_conversion_keeps_its_commits(
     resume.set()
     [result] = await asyncio.wait_for(migration, 10)
     assert result.result == CONVERTED, result
-    admin = store_for(await ns.open_log("events"), ZK_FORMAT)
+    admin = store_for((await ns.open_log("events")).context, ZK_FORMAT)
     assert await admin.get_last_commit_position("app") == DLSN(1, 20, 0)
     assert result.position_after == DLSN(1, 20, 0)
     await consumer.advance_commit_position("app", DLSN(1, 30, 0))  # still its owner
@@ -338,7 +338,7 @@ async def test_cli_migrate(open_ns, zk_server, zk_root) -> None:
     assert "payments" not in r.stdout
     assert "3 subscriber(s): 3 converted" in r.stdout
     # A subscriber that cannot be converted: FAILED in the table, exit 1.
-    path = store_for(await ns.open_log("payments"), ZK_FORMAT).path
+    path = store_for((await ns.open_log("payments")).context, ZK_FORMAT).path
     await ns.zk.create(f"{path}/broken", b"\x00garbage")
     r = await asyncio.to_thread(dlog, "--to", "log-segment")
     assert r.returncode == 1, r.stdout + r.stderr

@@ -15,10 +15,11 @@ from dlog.errors import (
     NoSuchLedgerError,
     SubscriptionCorruptedError,
     SubscriptionFencedError,
-    ZKError,
+    ZooKeeperError,
 )
 from dlog.ledger.metadata import CloseReason
 from dlog.namespace import Namespace
+from dlog.stream import StreamContext
 from subscriptions.format import SegmentSubscription
 from subscriptions.log_segment import LogSegmentSubscriptionsStore
 from tests.crash import crash, expire_session
@@ -41,22 +42,16 @@ async def store_of(ns: Namespace, stream: str) -> LogSegmentSubscriptionsStore:
 async def lac_published(store: LogSegmentSubscriptionsStore, sid: str) -> None:
     """Wait until the owner has published its segment's LAC (it does so
     once its appends have been idle a moment)."""
-    st = store._subs[sid]
-    for _ in range(1000):
-        if not st.lac_check and st.lac_task is None:
-            return
-        if st.lac_task is not None:
-            await st.lac_task
-        else:
-            await asyncio.sleep(0.001)
-    raise AssertionError("the LAC was never published")
+    appender = store._subs[sid].appender
+    assert appender is not None
+    await asyncio.wait_for(appender.lac_settled(), 10)
 
 
 def d(n: int) -> DLSN:
     return DLSN(1, n, 0)
 
 
-async def ledgers_of(ns: Namespace, data_set: str) -> list[int]:
+async def ledgers_of(ns: Namespace | StreamContext, data_set: str) -> list[int]:
     """Ledgers whose BP-44 create context puts them in ``data_set``."""
     out = []
     for lid in await ns.bk.list_ledgers():
@@ -206,10 +201,10 @@ async def test_delete_subscriber_fences_its_owner_and_deletes_every_ledger(open_
         await owner.advance_commit_position("s", d(i))
     admin = await store_of(await open_ns(), "del")
     data_set = admin.data_set("s")
-    assert await ledgers_of(admin.log.namespace, data_set)
+    assert await ledgers_of(admin.ctx, data_set)
     assert await admin.read_owner("s") is not None
     assert await admin.delete_subscriber("s")
-    assert await ledgers_of(admin.log.namespace, data_set) == []
+    assert await ledgers_of(admin.ctx, data_set) == []
     assert await admin.read_znode("s") == (None, None)
     with pytest.raises(SubscriptionFencedError):
         await owner.advance_commit_position("s", d(100))
@@ -240,7 +235,7 @@ async def test_a_failed_delete_leaves_a_findable_ledger(open_ns, caplog, monkeyp
     segment = store._subs["s"].znode.segment_id
 
     async def refuse(ledger_id: int) -> None:
-        raise ZKError("ZooKeeper went away")
+        raise ZooKeeperError("ZooKeeper went away")
 
     monkeypatch.setattr(ns.bk, "delete_ledger", refuse)
     with caplog.at_level(logging.WARNING, logger="subscriptions"):

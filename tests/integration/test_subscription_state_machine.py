@@ -154,7 +154,8 @@ class SubscriptionMachine(RuleBasedStateMachine):
         self.stream = f"sm-{os.getpid()}-{next(_streams)}"
         self.clock = itertools.count()
         self.instances = [self._open(slot) for slot in range(SLOTS)]
-        self.reader = self.run(self._store(self._namespace()))
+        self.reader_ns = self._namespace()
+        self.reader = self.run(self._store(self.reader_ns))
         self.acks: list[tuple[int, DLSN, int]] = []  # (slot, commit, stamp)
         self.sent: set[DLSN] = set()
         self.next_entry = 0
@@ -274,14 +275,8 @@ class SubscriptionMachine(RuleBasedStateMachine):
             st_ = inst.store._subs.get(SID)
             if st_ is None or st_.error is not None:
                 continue
-            for _ in range(500):
-                task = st_.lac_task
-                if not st_.inflight and task is None and not st_.lac_check:
-                    break
-                if task is not None:
-                    await asyncio.wait([task], timeout=5)
-                else:
-                    await asyncio.sleep(0.005)
+            if st_.appender is not None:
+                await asyncio.wait_for(st_.appender.lac_settled(), 5)
 
     async def _arm(self, point: str, inst: Instance) -> failpoints.Gate:
         """A gate only ``inst``'s coroutines (and the tasks they start) stop at."""
@@ -633,7 +628,7 @@ class SubscriptionMachine(RuleBasedStateMachine):
                 if inst.takeover is not None:
                     inst.takeover.cancel()
                 self.run(crash(inst.ns))
-            self.run(self.reader.log.namespace.close())
+            self.run(self.reader_ns.close())
             self.run(failpoints_off())
 
 

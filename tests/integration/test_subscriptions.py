@@ -16,7 +16,7 @@ from dlog.namespace import Namespace
 from dlog.record import LogRecord
 from subscriptions.format import SEGMENT_FORMAT, ZK_FORMAT, SegmentSubscription, ZkPosition
 from subscriptions.log_segment import LogSegmentSubscriptionsStore
-from subscriptions.zk import ZKSubscriptionsStore
+from subscriptions.zk_store import ZKSubscriptionsStore
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from dlog.errors import SubscriptionFencedError
 from dlog.namespace import Namespace
 from dlog.record import LogRecord
 from subscriptions.format import SegmentSubscription, ZkPosition
-from subscriptions.zk import ZKSubscriptionsStore
+from subscriptions.zk_store import ZKSubscriptionsStore
 from tests.crash import crash
 
 pytestmark = pytest.mark.integration
@@ -159,7 +159,7 @@ async def test_reset_earliest_latest_and_a_dlsn_fences_the_owner(uri: str, strea
         dlsns = await write(ns, stream, 20)
         live = (await seg_ns.open_log(stream)).subscriptions
         await live.advance_commit_position("app", dlsns[12])
-        admin = ZKSubscriptionsStore(await ns.open_log(stream))
+        admin = ZKSubscriptionsStore((await ns.open_log(stream)).context)
 
         # Without --force it asks; "n" changes nothing.
         r = await dlog("reset", stream, "app", "--to", "earliest", uri=uri, input="n\n")
@@ -232,7 +232,7 @@ async def test_delete(uri: str, stream: str) -> None:
 
         r = await dlog("delete", stream, "gone", uri=uri, input="n\n")
         assert r.returncode != 0 and "Aborted" in r.stderr
-        admin = ZKSubscriptionsStore(await ns.open_log(stream))
+        admin = ZKSubscriptionsStore((await ns.open_log(stream)).context)
         assert await admin.list_subscribers() == ["gone", "kept"]
 
         out = ok(await dlog("delete", stream, "gone", "--force", uri=uri))

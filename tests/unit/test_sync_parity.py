@@ -13,7 +13,7 @@ from dlog.sync import SyncConsumer, SyncLogManager, SyncSubscriptionsStore
 from subscriptions.consumer import Consumer
 from subscriptions.log_segment import LogSegmentSubscriptionsStore
 from subscriptions.store import SubscriptionsStore
-from subscriptions.zk import ZKSubscriptionsStore
+from subscriptions.zk_store import ZKSubscriptionsStore
 
 #: Each async class and its blocking twin (one twin serves every store).
 PAIRS: list[tuple[type, type]] = [

@@ -16,6 +16,7 @@ import logging
 from dlog.dlsn import DLSN, NonInclusiveLowerBound
 from dlog.errors import SubscriptionFencedError
 from dlog.singleflight import SingleFlight
+from dlog.stream import StreamContext
 from dlog.zk import BadVersionError, NodeExistsError, NoNodeError
 from subscriptions.format import ZK_FORMAT, SegmentSubscription, ZkPosition, encode_zk_position
 from subscriptions.store import ATTEMPTS, SubscriptionsStore
@@ -33,8 +34,8 @@ class _State:
 class ZKSubscriptionsStore(SubscriptionsStore):
     format = ZK_FORMAT
 
-    def __init__(self, log_manager) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(log_manager)
+    def __init__(self, ctx: StreamContext) -> None:
+        super().__init__(ctx)
         self._states: dict[str, _State] = {}
         self._stale: dict[str, _State] = {}
         #: Subscriptions another store took over from this one: their commits
