@@ -9,7 +9,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-EXTRAS ?= test,spark
+EXTRAS ?= all,test
 STAMP := $(VENV)/.installed-$(EXTRAS)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PROTOS := $(wildcard proto/*.proto)

@@ -1,32 +1,80 @@
-"""The ``dlog`` command line."""
+"""The ``dlog`` command line.
+
+Its dependencies are extras (``cli``: typer and rich; ``bookie`` to run a
+bookie; ``spark``), not the client library's: they are imported when the
+command runs, and a missing one is named with the install command that
+brings it instead of a traceback.
+"""
 
 from __future__ import annotations
 
-import typer
+import functools
+import sys
+from typing import TYPE_CHECKING
 
-from dlog.cli import bookie as _bookie
-from dlog.cli import conf as _conf
-from dlog.cli import sandbox as _sandbox
-from dlog.cli import shell as _shell
-from dlog.cli import stream as _stream
-from dlog.cli import subscriptions as _subscriptions
+if TYPE_CHECKING:
+    import typer
 
-app = typer.Typer(
-    name="dlog",
-    help="dlog: a replicated log on BookKeeper-compatible bookies, with metadata in ZooKeeper.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-)
-app.command("bookie")(_bookie.bookie)
-app.add_typer(_shell.app, name="shell")
-app.add_typer(_conf.app, name="conf")
-app.add_typer(_sandbox.app, name="sandbox")
-app.add_typer(_stream.app, name="stream")
-app.command("write")(_stream.write)
-app.command("tail")(_stream.tail)
-app.add_typer(_stream.dlsn_app, name="dlsn")
-app.add_typer(_subscriptions.app, name="subscriptions")
+#: Top-level module -> the extra that installs it.
+EXTRAS = {
+    "typer": "cli",
+    "rich": "cli",
+    "click": "cli",
+    "rocksdict": "bookie",
+    "pyspark": "spark",
+    "pyarrow": "spark",
+}
+
+
+@functools.cache
+def build_app() -> typer.Typer:
+    import typer
+
+    from dlog.cli import bookie as _bookie
+    from dlog.cli import conf as _conf
+    from dlog.cli import sandbox as _sandbox
+    from dlog.cli import shell as _shell
+    from dlog.cli import stream as _stream
+    from dlog.cli import subscriptions as _subscriptions
+
+    app = typer.Typer(
+        name="dlog",
+        help="dlog: a replicated log on BookKeeper-compatible bookies, with metadata in ZooKeeper.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+    )
+    app.command("bookie")(_bookie.bookie)
+    app.add_typer(_shell.app, name="shell")
+    app.add_typer(_conf.app, name="conf")
+    app.add_typer(_sandbox.app, name="sandbox")
+    app.add_typer(_stream.app, name="stream")
+    app.command("write")(_stream.write)
+    app.command("tail")(_stream.tail)
+    app.add_typer(_stream.dlsn_app, name="dlsn")
+    app.add_typer(_subscriptions.app, name="subscriptions")
+    return app
+
+
+def __getattr__(name: str) -> object:
+    if name == "app":  # ``dlog.cli.app``, built on first use
+        return build_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def missing_extra(error: ModuleNotFoundError) -> str | None:
+    """What to tell the user when ``error`` is a dependency an extra brings."""
+    module = (error.name or "").split(".")[0]
+    extra = EXTRAS.get(module)
+    if extra is None:
+        return None
+    return f"dlog: {module} is not installed; it comes with: pip install 'dlog[{extra}]'"
 
 
 def main() -> None:
-    app()
+    try:
+        build_app()()
+    except ModuleNotFoundError as e:
+        message = missing_extra(e)
+        if message is None:
+            raise
+        sys.exit(message)

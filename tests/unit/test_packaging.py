@@ -1,0 +1,93 @@
+"""``pip install dlog`` is the client library: the bookie's, the command
+line's and Spark's dependencies are extras, so client modules must import
+without them; both packages ship ``py.typed``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import dlog
+import subscriptions
+
+ROOT = Path(dlog.__file__).parent.parent
+#: Installed only with an extra (bookie, cli, spark, server).
+EXTRA_ONLY = ("rocksdict", "typer", "rich", "pyspark", "pyarrow", "grpc", "thriftpy2")
+
+# Every client module: dlog's top-level modules, its ledger, conf and
+# protocol packages, subscriptions, and the command line's entry point.
+# Not the bookie, the sandbox, Spark or the command implementations.
+IMPORT_CLIENT = f"""
+import importlib, pkgutil, sys
+for name in {EXTRA_ONLY!r}:
+    sys.modules[name] = None  # importing one now fails
+import dlog, dlog.conf, dlog.ledger, dlog.protocol, subscriptions
+names = ["dlog.cli"]
+names += [
+    f"dlog.{{m.name}}" for m in pkgutil.iter_modules(dlog.__path__)
+    if not m.ispkg and not m.name.startswith("__")
+]
+for pkg in (dlog.conf, dlog.ledger, dlog.protocol, subscriptions):
+    names += [f"{{pkg.__name__}}.{{m.name}}" for m in pkgutil.iter_modules(pkg.__path__)]
+for name in names:
+    importlib.import_module(name)
+loaded = {{n.split(".")[0] for n, m in sys.modules.items() if m is not None}}
+assert not set({EXTRA_ONLY!r}) & loaded, set({EXTRA_ONLY!r}) & loaded
+for required in ("dlog.namespace", "dlog.log", "dlog.sync", "dlog.writer", "dlog.reader",
+                 "dlog.ledger.client", "subscriptions.consumer"):
+    assert required in sys.modules, required
+print(len(names))
+"""
+
+
+def run(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+
+
+def test_client_modules_import_without_any_extra() -> None:
+    done = run(IMPORT_CLIENT)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) > 20
+
+
+def test_the_command_line_names_the_missing_extra() -> None:
+    for module, extra in (("typer", "cli"), ("rich", "cli")):
+        done = run(
+            f"import sys; sys.modules[{module!r}] = None; sys.argv = ['dlog', '--help']\n"
+            "from dlog.cli import main\nmain()"
+        )
+        assert done.returncode == 1
+        assert f"pip install 'dlog[{extra}]'" in done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_both_packages_are_typed() -> None:
+    for package in (dlog, subscriptions):
+        assert (Path(package.__file__).parent / "py.typed").is_file(), package.__name__
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    package_data = data["tool"]["setuptools"]["package-data"]
+    assert "py.typed" in package_data["dlog"]
+    assert "py.typed" in package_data["subscriptions"]
+
+
+def test_core_dependencies_are_the_client_library() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+    def names(requirements: list[str]) -> set[str]:
+        return {
+            r.split(";")[0].split("[")[0].split(">")[0].split("=")[0].split("<")[0].strip()
+            for r in requirements
+        }
+
+    core = names(project["dependencies"])
+    assert not core & {"rocksdict", "typer", "rich", "pyspark", "pyarrow", "grpcio", "thriftpy2"}
+    extras = project["optional-dependencies"]
+    assert "rocksdict" in names(extras["bookie"])
+    assert {"typer", "rich"} <= names(extras["cli"])
+    assert {"pyspark", "pyarrow"} <= names(extras["spark"])
+    for extra in ("bookie", "cli", "spark", "server"):
+        assert any(extra in r for r in extras["all"] if r.startswith("dlog[")), extra
