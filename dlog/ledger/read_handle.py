@@ -30,7 +30,7 @@ from dlog.ledger.metadata import LedgerMetadata
 from dlog.ledger.quorum import CoverageSet, write_set
 
 if TYPE_CHECKING:
-    from dlog.ledger.client import BookKeeper
+    from dlog.ledger.context import LedgerContext
     from dlog.ledger.metadata_store import MetadataWatch
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ class ReadHandle:
     known; a metadata watch keeps ensembles and the close current."""
 
     def __init__(
-        self, client: BookKeeper, metadata: LedgerMetadata, version: int, password: bytes
+        self, client: LedgerContext, metadata: LedgerMetadata, version: int, password: bytes
     ) -> None:
         self.client = client
         self.ledger_id = metadata.ledger_id

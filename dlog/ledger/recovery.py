@@ -28,14 +28,14 @@ from dlog.ledger.read_handle import ReadHandle, ensemble_lac, recovery_read
 from dlog.ledger.write_handle import WriteHandle
 
 if TYPE_CHECKING:
-    from dlog.ledger.client import BookKeeper
+    from dlog.ledger.context import LedgerContext
 
 log = logging.getLogger(__name__)
 
 READ_BATCH = 16
 
 
-async def recover(client: BookKeeper, handle: ReadHandle, password: bytes) -> None:
+async def recover(client: LedgerContext, handle: ReadHandle, password: bytes) -> None:
     """Recover ``handle``'s ledger in place (its metadata ends up CLOSED)."""
     store = client.metadata_store
     lid = handle.ledger_id

@@ -50,7 +50,7 @@ from dlog.ledger.metadata import LedgerCloseContext, LedgerMetadata, LedgerState
 from dlog.ledger.quorum import write_set
 
 if TYPE_CHECKING:
-    from dlog.ledger.client import BookKeeper
+    from dlog.ledger.context import LedgerContext
     from dlog.protocol.bookkeeper_pb2 import Response
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class WriteHandle:
 
     def __init__(
         self,
-        client: BookKeeper,
+        client: LedgerContext,
         metadata: LedgerMetadata,
         version: int,
         password: bytes,

@@ -1,0 +1,146 @@
+"""The pure decisions under the ledger appender and the log-segment store:
+when a ledger rolls, when another commit append is sent, which append a
+commit waits for."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dlog.dlsn import DLSN
+from dlog.errors import (
+    BKTransmitError,
+    LedgerFencedError,
+    LockingError,
+    SubscriptionFencedError,
+    WriteError,
+    WriteFencedError,
+)
+from dlog.ledger.appender import (
+    MAX_AGE,
+    MAX_BYTES,
+    MAX_ENTRIES,
+    LedgerAppender,
+    RollPolicy,
+    close_context,
+    fail_futures,
+    roll_reason,
+)
+from dlog.ledger.metadata import CloseReason
+from dlog.tasks import BackgroundTasks
+from subscriptions.log_segment import MAX_INFLIGHT, appends_to_send, covering_append
+
+
+def test_roll_reasons_in_order() -> None:
+    policy = RollPolicy(max_entries=10, max_bytes=100, max_age=60.0)
+    assert roll_reason(policy, 9, 99, 59.9) is None
+    assert roll_reason(policy, 10, 0, 0) == MAX_ENTRIES
+    assert roll_reason(policy, 0, 100, 0) == MAX_BYTES
+    assert roll_reason(policy, 0, 0, 60.0) == MAX_AGE
+    # The first limit reached wins, checked entries, bytes, age.
+    assert roll_reason(policy, 10, 100, 60.0) == MAX_ENTRIES
+    assert roll_reason(policy, 0, 100, 60.0) == MAX_BYTES
+
+
+def test_no_limit_never_rolls() -> None:
+    assert roll_reason(RollPolicy(), 10**9, 10**12, 10**6) is None
+    assert roll_reason(RollPolicy(max_bytes=5), 10**9, 4, 10**6) is None
+
+
+@given(
+    entries=st.integers(0, 1000),
+    nbytes=st.integers(0, 10**6),
+    age=st.floats(0, 10**4),
+    limits=st.tuples(
+        st.none() | st.integers(1, 1000),
+        st.none() | st.integers(1, 10**6),
+        st.none() | st.floats(1, 10**4),
+    ),
+)
+def test_rolls_exactly_when_a_limit_is_reached(entries, nbytes, age, limits) -> None:
+    policy = RollPolicy(*limits)
+    reached = (
+        (policy.max_entries is not None and entries >= policy.max_entries)
+        or (policy.max_bytes is not None and nbytes >= policy.max_bytes)
+        or (policy.max_age is not None and age >= policy.max_age)
+    )
+    assert (roll_reason(policy, entries, nbytes, age) is not None) == reached
+
+
+def test_close_context_names_the_roll_reason() -> None:
+    assert close_context(MAX_ENTRIES).reason is CloseReason.MAX_ENTRY_COUNT_REACHED
+    assert close_context(MAX_BYTES).reason is CloseReason.MAX_LENGTH_REACHED
+    assert close_context(MAX_AGE, expect_delete_after=7).reason is CloseReason.TIME_ROTATION
+    assert close_context(MAX_AGE, expect_delete_after=7).expect_delete_after_ms == 7
+    assert close_context("takeover").reason is CloseReason.CLIENT_SHUTDOWN
+
+
+def d(entry: int) -> DLSN:
+    return DLSN(1, entry, 0)
+
+
+def test_appends_to_send_coalesces_beyond_the_in_flight_limit() -> None:
+    assert appends_to_send(0, d(2), d(1))
+    assert not appends_to_send(0, d(1), d(1)), "nothing new asked for"
+    assert appends_to_send(MAX_INFLIGHT - 1, d(2), d(1))
+    assert not appends_to_send(MAX_INFLIGHT, d(2), d(1)), "full: commits wait and coalesce"
+
+
+def test_a_commit_waits_for_the_first_append_covering_it() -> None:
+    targets = [d(3), d(7), d(9)]
+    assert covering_append(targets, d(1)) == 0
+    assert covering_append(targets, d(3)) == 0
+    assert covering_append(targets, d(4)) == 1
+    assert covering_append(targets, d(9)) == 2
+    assert covering_append(targets, d(10)) is None
+    assert covering_append([], d(1)) is None
+
+
+async def test_fail_futures_fails_each_with_its_own_copy() -> None:
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    done.set_result(1)
+    futs = [loop.create_future(), loop.create_future(), done]
+    fail_futures(futs, WriteError("boom"))
+    e0, e1 = futs[0].exception(), futs[1].exception()
+    assert isinstance(e0, WriteError) and isinstance(e1, WriteError) and e0 is not e1
+    assert done.result() == 1
+
+
+class _Handle:
+    ledger_id = 5
+
+
+@pytest.mark.parametrize(
+    ("error", "passthrough", "fenced_by", "expected"),
+    [
+        (LedgerFencedError("x"), (), (LedgerFencedError,), WriteFencedError),
+        (WriteError("x"), (), (LedgerFencedError,), BKTransmitError),
+        (LockingError("x"), (LockingError,), (LedgerFencedError,), LockingError),
+        (ValueError("x"), (), (LedgerFencedError,), BKTransmitError),
+        (
+            SubscriptionFencedError("x"),
+            (),
+            (LedgerFencedError, SubscriptionFencedError),
+            WriteFencedError,
+        ),
+        # A bookie error is never passed through, even if the owner passes its base.
+        (WriteError("x"), (Exception,), (LedgerFencedError,), BKTransmitError),
+    ],
+)
+def test_map_error(error, passthrough, fenced_by, expected) -> None:
+    appender = LedgerAppender(
+        _Handle(),  # type: ignore[arg-type]
+        name="stream 's'",
+        tasks=BackgroundTasks(),
+        fenced=lambda: WriteFencedError("fenced"),
+        fenced_by=fenced_by,
+        passthrough=passthrough,
+    )
+    mapped = appender.map_error(error)
+    assert type(mapped) is expected
+    if expected is BKTransmitError:
+        assert str(mapped).startswith("stream 's': writing to bookies failed")
