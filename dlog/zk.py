@@ -175,7 +175,7 @@ class Retry:
                 _single_attempt.reset(token)
 
         try:
-            if self.policy is None:
+            if self.policy is None or _single_attempt.get():  # nested: the outer one retries
                 return await attempt()
             return await retry_zk(attempt, policy=self.policy)
         except ZooKeeperError as e:
