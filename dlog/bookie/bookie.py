@@ -229,8 +229,13 @@ class Bookie:
             await self.storage.close()
         if self.read_pool is not None:
             self.read_pool.shutdown(wait=True, cancel_futures=True)
+        current = asyncio.current_task()
         for task in list(self._tasks):
-            task.cancel()
+            # A bookie that stops itself runs this in one of its own tasks:
+            # cancelling that one would cut the stop short, and ``stopped``
+            # would never be set (the process would never exit).
+            if task is not current:
+                task.cancel()
         if self.zk is not None:
             await self.zk.stop()
         self._stopped.set()

@@ -98,11 +98,9 @@ async def test_a_bookie_that_must_stop_itself_leaves_zookeeper_and_its_port(
     tmp_path, ledgers_uri: str, zk: ZooKeeper, zk_root: str
 ) -> None:
     """readOnlyModeEnabled=false: a full disk stops the bookie, and with it
-    its registration and server (the bookie asks its owner to stop).
-
-    Started without ``make_bookie``: that stop cancels its own task before
-    it ends (see ``Bookie.stop``), so ``stopped`` is never set and the
-    fixture's teardown would stop the bookie a second time."""
+    its registration and server (the bookie asks its owner to stop), and
+    the stop runs to its end: ``stopped`` is set, so ``dlog bookie`` exits
+    (the stop runs in one of the bookie's own tasks, and once cancelled it)."""
     conf = bookie_config(
         tmp_path / "b0",
         port=free_port(),
@@ -124,3 +122,5 @@ async def test_a_bookie_that_must_stop_itself_leaves_zookeeper_and_its_port(
     assert await zk.exists(path) is None
     assert await zk.exists(f"{zk_root}/ledgers/available/readonly/{bookie.bookie_id}") is None
     assert await refuses(port)
+    await asyncio.wait_for(bookie.core.wait_stopped(), 10)
+    assert bookie.stopped
