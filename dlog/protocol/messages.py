@@ -6,6 +6,8 @@ what to send lives elsewhere.
 
 from __future__ import annotations
 
+from typing import cast
+
 from dlog.protocol import bookkeeper_pb2 as pb
 
 VERSION_THREE = pb.VERSION_THREE
@@ -55,8 +57,14 @@ OP_FIELDS: dict[int, tuple[str, str]] = {
 OP_NAMES = {v: k for k, v in pb.OperationType.items()}
 
 
-def _header(operation: int, txn_id: int) -> pb.BKPacketHeader:
+def _header(operation: pb.OperationType, txn_id: int) -> pb.BKPacketHeader:
     return pb.BKPacketHeader(version=VERSION_THREE, operation=operation, txnId=txn_id)
+
+
+def _status(status: int) -> pb.StatusCode:
+    """A status code from dlog.errors (a plain int) typed as the enum the
+    protobuf stubs want for a ``status`` field: the same int at run time."""
+    return cast(pb.StatusCode, status)
 
 
 def request_problem(req: pb.Request) -> str | None:
@@ -64,7 +72,10 @@ def request_problem(req: pb.Request) -> str | None:
     if not req.IsInitialized():
         if not req.HasField("header"):
             return "request has no header"
-        return "missing required fields: " + ", ".join(req.FindInitializationErrors())
+        # types-protobuf leaves FindInitializationErrors out of Message; every
+        # protobuf implementation has it.
+        missing = req.FindInitializationErrors()  # type: ignore[attr-defined]
+        return "missing required fields: " + ", ".join(missing)
     fields = OP_FIELDS.get(req.header.operation)
     if fields is not None and not req.HasField(fields[0]):
         return (
@@ -77,7 +88,7 @@ def error_response(req: pb.Request, status: int) -> pb.Response:
     """A complete Response carrying ``status`` for any (even partial) request."""
     header = req.header
     op = header.operation if header.HasField("operation") else READ_ENTRY
-    resp = pb.Response(header=_header(op, header.txnId), status=status)
+    resp = pb.Response(header=_header(op, header.txnId), status=_status(status))
     fields = OP_FIELDS.get(op)
     if fields is None:
         return resp
@@ -103,8 +114,8 @@ def error_response(req: pb.Request, status: int) -> pb.Response:
 def add_response(txn_id: int, status: int, ledger_id: int, entry_id: int) -> pb.Response:
     return pb.Response(
         header=_header(ADD_ENTRY, txn_id),
-        status=status,
-        addResponse=pb.AddResponse(status=status, ledgerId=ledger_id, entryId=entry_id),
+        status=_status(status),
+        addResponse=pb.AddResponse(status=_status(status), ledgerId=ledger_id, entryId=entry_id),
     )
 
 
@@ -116,59 +127,59 @@ def read_response(
     body: bytes | None = None,
     max_lac: int | None = None,
 ) -> pb.Response:
-    rr = pb.ReadResponse(status=status, ledgerId=ledger_id, entryId=entry_id)
+    rr = pb.ReadResponse(status=_status(status), ledgerId=ledger_id, entryId=entry_id)
     if body is not None:
         rr.body = body
     if max_lac is not None:
         rr.maxLAC = max_lac
-    return pb.Response(header=_header(READ_ENTRY, txn_id), status=status, readResponse=rr)
+    return pb.Response(header=_header(READ_ENTRY, txn_id), status=_status(status), readResponse=rr)
 
 
 def write_lac_response(txn_id: int, status: int, ledger_id: int) -> pb.Response:
     return pb.Response(
         header=_header(WRITE_LAC, txn_id),
-        status=status,
-        writeLacResponse=pb.WriteLacResponse(status=status, ledgerId=ledger_id),
+        status=_status(status),
+        writeLacResponse=pb.WriteLacResponse(status=_status(status), ledgerId=ledger_id),
     )
 
 
 def read_lac_response(
     txn_id: int, status: int, ledger_id: int, lac_body: bytes | None, last_entry: bytes | None
 ) -> pb.Response:
-    r = pb.ReadLacResponse(status=status, ledgerId=ledger_id)
+    r = pb.ReadLacResponse(status=_status(status), ledgerId=ledger_id)
     if lac_body is not None:
         r.lacBody = lac_body
     if last_entry is not None:
         r.lastEntryBody = last_entry
-    return pb.Response(header=_header(READ_LAC, txn_id), status=status, readLacResponse=r)
+    return pb.Response(header=_header(READ_LAC, txn_id), status=_status(status), readLacResponse=r)
 
 
 def force_ledger_response(txn_id: int, status: int, ledger_id: int) -> pb.Response:
     return pb.Response(
         header=_header(FORCE_LEDGER, txn_id),
-        status=status,
-        forceLedgerResponse=pb.ForceLedgerResponse(status=status, ledgerId=ledger_id),
+        status=_status(status),
+        forceLedgerResponse=pb.ForceLedgerResponse(status=_status(status), ledgerId=ledger_id),
     )
 
 
 def write_close_response(txn_id: int, status: int, ledger_id: int) -> pb.Response:
     return pb.Response(
         header=_header(WRITE_CLOSE, txn_id),
-        status=status,
-        writeCloseResponse=pb.WriteCloseResponse(status=status, ledgerId=ledger_id),
+        status=_status(status),
+        writeCloseResponse=pb.WriteCloseResponse(status=_status(status), ledgerId=ledger_id),
     )
 
 
 def bookie_info_response(
     txn_id: int, status: int, total: int | None, free: int | None
 ) -> pb.Response:
-    r = pb.GetBookieInfoResponse(status=status)
+    r = pb.GetBookieInfoResponse(status=_status(status))
     if total is not None:
         r.totalDiskCapacity = total
     if free is not None:
         r.freeDiskSpace = free
     return pb.Response(
-        header=_header(GET_BOOKIE_INFO, txn_id), status=status, getBookieInfoResponse=r
+        header=_header(GET_BOOKIE_INFO, txn_id), status=_status(status), getBookieInfoResponse=r
     )
 
 
