@@ -79,7 +79,8 @@ class Cookie:
         except text_format.ParseError as e:
             raise InvalidCookieError(f"{where}: cookie is not readable: {e}") from None
         if not fmt.IsInitialized():  # BookKeeper's CookieFormat.Builder.build() rejects these too
-            missing = ", ".join(fmt.FindInitializationErrors())
+            # types-protobuf leaves FindInitializationErrors out of Message.
+            missing = ", ".join(fmt.FindInitializationErrors())  # type: ignore[attr-defined]
             raise InvalidCookieError(f"{where}: cookie lacks required fields: {missing}")
         return cls(fmt.bookieHost, fmt.journalDir, fmt.ledgerDirs, fmt.instanceId or None, version)
 

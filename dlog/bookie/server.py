@@ -174,7 +174,8 @@ class BookieConnection(asyncio.Protocol):
         handle = self.processor.handle
         for payload in frames:
             try:
-                req = Request.FromString(payload)
+                # protobuf parses any buffer; its stubs say bytes (a copy we avoid).
+                req = Request.FromString(payload)  # type: ignore[arg-type]
             except DecodeError as e:
                 self._begin_close("undecodable", f"undecodable frame of {len(payload)} bytes: {e}")
                 return

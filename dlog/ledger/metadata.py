@@ -24,7 +24,7 @@ import enum
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from google.protobuf.message import DecodeError, EncodeError
 
@@ -534,7 +534,7 @@ def _create_context_to_pb(ctx: LedgerCreateContext, target: pb.LedgerCreateConte
 def _close_context_to_pb(ctx: LedgerCloseContext, target: pb.LedgerCloseContextFormat) -> None:
     target.SetInParent()
     if ctx.reason is not None:
-        target.reason = int(ctx.reason)
+        target.reason = cast(pb.LedgerCloseContextFormat.Reason, int(ctx.reason))
     if ctx.abnormal_message is not None:
         target.abnormalMessage = ctx.abnormal_message
     if ctx.expect_delete_after_ms is not None:
@@ -565,12 +565,12 @@ def serialize(md: LedgerMetadata) -> bytes:
     fmt.ensembleSize = md.ensemble_size
     fmt.length = md.length
     fmt.lastEntryId = md.last_entry_id
-    fmt.state = int(md.state)
+    fmt.state = cast(pb.LedgerMetadataFormat.State, int(md.state))
     for first, bookies in md.ensembles:
         seg = fmt.segment.add()
         seg.ensembleMember.extend(bookies)
         seg.firstEntryId = first
-    fmt.digestType = int(md.digest_type)
+    fmt.digestType = cast(pb.LedgerMetadataFormat.DigestType, int(md.digest_type))
     fmt.password = md.password
     fmt.ackQuorumSize = md.ack_quorum_size
     if md.ctime is not None:
@@ -636,7 +636,8 @@ def _read_varint32(data: bytes, pos: int, ledger_id: int) -> tuple[int, int]:
 def _unknown_field_numbers(msg: Any) -> set[int]:
     from google.protobuf import unknown_fields
 
-    return {f.field_number for f in unknown_fields.UnknownFieldSet(msg)}
+    fields = unknown_fields.UnknownFieldSet(msg)  # indexable, not iterable (its stubs)
+    return {fields[i].field_number for i in range(len(fields))}
 
 
 def _owner_from_pb(o: pb.LedgerOwnerFormat) -> LedgerOwner:
@@ -710,7 +711,8 @@ def deserialize(data: bytes, ledger_id: int) -> LedgerMetadata:
             f"ledger {ledger_id}: metadata message does not decode: {e}"
         ) from e
     if not fmt.IsInitialized():
-        missing = ", ".join(fmt.FindInitializationErrors())
+        # types-protobuf leaves FindInitializationErrors out of Message.
+        missing = ", ".join(fmt.FindInitializationErrors())  # type: ignore[attr-defined]
         raise MetadataSerializationError(
             f"ledger {ledger_id}: metadata message lacks required fields: {missing}"
         )
