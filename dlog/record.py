@@ -268,9 +268,7 @@ class LogRecord:
         if type(other) is not type(self):
             return NotImplemented
         return (
-            self.txid == other.txid  # type: ignore[attr-defined]
-            and self.flags == other.flags  # type: ignore[attr-defined]
-            and self.payload == other.payload  # type: ignore[attr-defined]
+            self.txid == other.txid and self.flags == other.flags and self.payload == other.payload
         )
 
     __hash__ = None  # type: ignore[assignment]
@@ -322,7 +320,7 @@ class LogRecordWithDLSN(LogRecord):
             and self.payload == other.payload
         )
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None
 
     def __repr__(self) -> str:
         return (
@@ -522,7 +520,7 @@ class RecordSetWriter:
 
     def fits(self, record: LogRecord | int) -> bool:
         """Whether a record (or a record with this payload length) can be appended."""
-        n = record if type(record) is int else len(record.payload)
+        n = record if isinstance(record, int) else len(record.payload)
         if n > MAX_PAYLOAD_SIZE:
             return False
         new_size = len(self._buf) + RECORD_HEADER_SIZE + n

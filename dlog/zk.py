@@ -91,7 +91,10 @@ _ERRORS: dict[type[BaseException], type[ZooKeeperError]] = {
 #: In a failed transaction's results the ops before the failed one answer
 #: OK (kazoo's RolledBackError) and those after it RUNTIMEINCONSISTENCY:
 #: neither was applied, and neither is the cause.
-_RESULT_ERRORS = {**_ERRORS, kz.RuntimeInconsistency: RolledBackError}
+_RESULT_ERRORS: dict[type[BaseException], type[ZooKeeperError]] = {
+    **_ERRORS,
+    kz.RuntimeInconsistency: RolledBackError,
+}
 
 #: Set while :class:`Retry` runs a call: the ZooKeeper operations it makes
 #: are single attempts, so that the whole is retried and counted once.

@@ -18,7 +18,7 @@ def _kind(kind: str) -> type[Config]:
 
     kinds: dict[str, type[Config]] = {"bookie": BookieConfig}
     try:
-        from dlog.conf import DLogConfig  # type: ignore[attr-defined]
+        from dlog.conf import DLogConfig
 
         kinds["dlog"] = DLogConfig
     except ImportError:

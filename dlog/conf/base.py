@@ -237,11 +237,11 @@ class Config:
         kwargs: dict[str, Any] = {}
         nested_values: dict[str, dict[str, Any]] = {f.name: {} for f in nested_fields}
         for key, raw in values.items():
-            f = by_key.get(key)
-            if f is not None:
-                value = _convert(f.metadata["key"], cls._types()[f.name], raw)
-                _validate(f.metadata["key"], f.metadata, value)
-                kwargs[f.name] = value
+            known = by_key.get(key)
+            if known is not None:
+                value = _convert(known.metadata["key"], cls._types()[known.name], raw)
+                _validate(known.metadata["key"], known.metadata, value)
+                kwargs[known.name] = value
                 continue
             for nf in nested_fields:
                 prefix = nf.metadata["prefix"]

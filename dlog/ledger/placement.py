@@ -30,7 +30,8 @@ class EnsemblePlacementPolicy:
     def _candidates(
         self, writable: Iterable[str], exclude: set[str]
     ) -> tuple[list[str], list[str]]:
-        fresh, failed = [], []
+        fresh: list[str] = []
+        failed: list[str] = []
         for b in writable:
             if b in exclude:
                 continue
