@@ -93,8 +93,12 @@ class DistributedLock:
                         f"{self.path} is owned by {holder}; gave up after {timeout:g}s (lockTimeoutSeconds)"
                     )
                 gone = asyncio.Event()
+
+                def wake(_event: object, ev: asyncio.Event = gone) -> None:
+                    ev.set()
+
                 predecessor = f"{self.path}/{members[position - 1]}"
-                if await self.zk.exists(predecessor, watch=lambda _e, ev=gone: ev.set()) is None:
+                if await self.zk.exists(predecessor, watch=wake) is None:
                     continue
                 try:
                     await asyncio.wait_for(gone.wait(), remaining)

@@ -54,6 +54,7 @@ from dlog.zk import (
     NoNodeError,
     NotEmptyError,
     Retry,
+    TransactionOp,
     WatchedEvent,
     ZooKeeper,
     first_error,
@@ -289,7 +290,7 @@ class LogMetadataStore:
         initial data, in one transaction. :class:`LogExistsError` if it exists."""
         p = self.paths(name)
         zero = encode_long(0)
-        ops = [
+        ops: list[TransactionOp] = [
             ("create", (p.root, b""), {}),
             ("create", (p.ledgers, encode_long(UNASSIGNED_SEQNO)), {}),
             ("create", (p.maxtxid, zero), {}),

@@ -50,6 +50,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: One op of :meth:`ZooKeeper.transaction`: a kazoo TransactionRequest
+#: method name, its positional and its keyword arguments.
+TransactionOp = tuple[str, tuple[Any, ...], dict[str, Any]]
+
 __all__ = [
     "BadVersionError",
     "ConnectionLossError",
@@ -61,6 +65,7 @@ __all__ = [
     "Retry",
     "RolledBackError",
     "SessionExpiredError",
+    "TransactionOp",
     "WatchedEvent",
     "ZnodeStat",
     "ZooKeeper",
@@ -424,9 +429,7 @@ class ZooKeeper:
             except NodeExistsError:
                 pass
 
-    async def transaction(
-        self, ops: Sequence[tuple[str, tuple[Any, ...], dict[str, Any]]], *, retry: bool = True
-    ) -> list[Any]:
+    async def transaction(self, ops: Sequence[TransactionOp], *, retry: bool = True) -> list[Any]:
         """Run ``[(op, args, kwargs), ...]`` atomically, ops being kazoo
         TransactionRequest method names (create, delete, set_data, check).
         Returns the per-op results, with a :class:`ZooKeeperError` for each

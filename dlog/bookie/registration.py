@@ -19,6 +19,7 @@ from dlog.zk import (
     KazooState,
     NodeExistsError,
     NoNodeError,
+    TransactionOp,
     ZooKeeper,
     first_error,
 )
@@ -36,7 +37,7 @@ async def init_cluster(zk: ZooKeeper, ledgers_root: str) -> str:
     if parent:
         await zk.ensure_path(parent)
     instance_id = str(uuid.uuid4())
-    ops = [("create", (ledgers_root, b""), {})]
+    ops: list[TransactionOp] = [("create", (ledgers_root, b""), {})]
     ops += [("create", (f"{ledgers_root}/{c}", b""), {}) for c in CLUSTER_CHILDREN]
     ops += [
         ("create", (f"{ledgers_root}/LAYOUT", LAYOUT_DATA), {}),
@@ -123,7 +124,11 @@ class BookieRegistration:
                     raise
                 log.info("waiting for the previous session's registration %s to expire", path)
                 gone = asyncio.Event()
-                if await self.zk.exists(path, watch=lambda _e, ev=gone: ev.set()) is None:
+
+                def wake(_event: object, ev: asyncio.Event = gone) -> None:
+                    ev.set()
+
+                if await self.zk.exists(path, watch=wake) is None:
                     continue
                 try:
                     await asyncio.wait_for(gone.wait(), timeout=1.0)
