@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import cast
 
 from dlog.bookie import fileio
 from dlog.bookie import journal_format as jf
@@ -274,7 +275,7 @@ class Journal:
             item = self._queue.get()
             if item is _STOP:
                 break
-            groups = [item]
+            groups = [cast(_Group, item)]  # the queue holds groups and _STOP
             while True:
                 try:
                     nxt = self._queue.get_nowait()
@@ -283,8 +284,8 @@ class Journal:
                 if nxt is _STOP:
                     stop = True
                     break
-                groups.append(nxt)
-            status, fsync_seconds = self._write_groups(groups)  # type: ignore[arg-type]
+                groups.append(cast(_Group, nxt))
+            status, fsync_seconds = self._write_groups(groups)
             mark = jf.LogMark(self._file_id, self._offset)
             try:
                 self._loop.call_soon_threadsafe(self._synced, groups, mark, status, fsync_seconds)  # type: ignore[union-attr]

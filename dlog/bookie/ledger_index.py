@@ -20,6 +20,7 @@ import struct
 import threading
 from collections import OrderedDict
 from pathlib import Path
+from typing import cast
 
 from dlog.bookie import fileio
 from dlog.bookie.rocksdb import io_errors, open_db
@@ -82,7 +83,9 @@ class LedgerIndex:
         out = []
         for key, value in self._db.items():
             if self._decode(value) is not None:
-                out.append(_KEY.unpack(key)[0])
+                # The database is in raw mode: its keys are bytes (the stubs
+                # type them for every mode).
+                out.append(_KEY.unpack(cast(bytes, key))[0])
         return sorted(out)
 
     @property

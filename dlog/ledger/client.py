@@ -149,7 +149,7 @@ class BookKeeper:
             ensemble_size=ensemble_size,
             write_quorum_size=write_quorum,
             ack_quorum_size=ack_quorum,
-            ensembles=[(0, tuple(ensemble))],
+            ensembles=((0, tuple(ensemble)),),
             digest_type=DigestType(int(digest_type)),
             password=password,
             ctime=int(time.time() * 1000)
