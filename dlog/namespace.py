@@ -16,6 +16,7 @@ from dlog.ledger.client import BookKeeper
 from dlog.log import LogManager
 from dlog.log_metadata import (
     LogMetadataStore,
+    NamespaceBinding,
     bind_namespace,
     read_namespace_binding,
     validate_stream_name,
@@ -36,7 +37,7 @@ class Namespace:
         self.zk = ZooKeeper(parsed.hosts, timeout=conf.zk_session_timeout_seconds)
         self.store = LogMetadataStore(self.zk, self.path)
         self.bk: BookKeeper = None  # type: ignore[assignment]
-        self.binding = None
+        self.binding: NamespaceBinding | None = None
         self._logs: dict[str, LogManager] = {}
 
     @classmethod
@@ -127,9 +128,9 @@ class Namespace:
                 await self.bk.delete_ledger(lid)
             except NoSuchLedgerError:
                 pass
-        lm = self._logs.pop(name, None)
-        if lm is not None:
-            await lm.close()
+        opened = self._logs.pop(name, None)
+        if opened is not None:
+            await opened.close()
 
     async def log_exists(self, name: str) -> bool:
         validate_stream_name(name)

@@ -49,9 +49,12 @@ class BackgroundTasks:
 
     def cancel_all(self, *, close: bool = True) -> list[asyncio.Task[Any]]:
         """Cancel every running task (and, with ``close``, refuse new ones);
-        returns them, for an owner that wants to wait for them."""
+        returns them, for an owner that wants to wait for them. The task
+        calling this is spared: an owner closing itself from one of its own
+        tasks (a bookie stopping itself) must get to the end of its close."""
         self._closed = self._closed or close
-        tasks = list(self._tasks)
+        current = asyncio.current_task()
+        tasks = [t for t in self._tasks if t is not current]
         for t in tasks:
             t.cancel()
         return tasks

@@ -503,12 +503,15 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
     async def _cas(self, subscriber_id: str, sub: SegmentSubscription, version: int | None) -> int:
         path = self.znode(subscriber_id)
         data = encode_segment_subscription(sub)
+        new_version = 0 if version is None or version < 0 else version + 1
         try:
-            if version is None or version < 0:
+            if new_version == 0:
                 await self.zk.create(path, data, makepath=True)
                 return 0
             return (await self.zk.set(path, data, version=version)).version
-        except (BadVersionError, NodeExistsError, NoNodeError):
+        except (BadVersionError, NodeExistsError, NoNodeError) as e:
+            if await self._landed(subscriber_id, e, data, new_version):
+                return new_version
             raise SubscriptionFencedError(
                 f"stream {self.stream!r}: subscriber {subscriber_id!r} was changed by another owner"
             ) from None

@@ -31,7 +31,12 @@ import socket
 from typing import ClassVar
 
 from dlog.dlsn import DLSN, NonInclusiveLowerBound
-from dlog.errors import NoSuchLedgerError, SubscriptionCorruptedError, SubscriptionFencedError
+from dlog.errors import (
+    NoSuchLedgerError,
+    SubscriptionCorruptedError,
+    SubscriptionFencedError,
+    ZooKeeperError,
+)
 from dlog.segment_reader import last_entry
 from dlog.stream import StreamContext
 from dlog.zk import BadVersionError, NoNodeError, NotEmptyError, first_error
@@ -168,8 +173,10 @@ class SubscriptionsStore(abc.ABC):
                 await self._delete_znode(subscriber_id, found.version)
             except (BadVersionError, NotEmptyError):
                 continue  # changed (or an owner registered) meanwhile: fence again
-            except NoNodeError:
-                return False
+            except NoNodeError as e:
+                if e.attempts <= 1:
+                    return False
+                # A retry after a lost answer: the first attempt deleted it.
             if isinstance(found.znode, SegmentSubscription):
                 z = found.znode
                 await self._delete_ledgers(z.segment_id, z.next_segment_id, z.previous_segment_id)
@@ -263,7 +270,11 @@ class SubscriptionsStore(abc.ABC):
             owner = None
             znode, version = await self.read_znode(subscriber_id)
             owned = self._owned(subscriber_id)
-            if owned is not None and owned[1] != version and not self._wrote(subscriber_id, version):
+            if (
+                owned is not None
+                and owned[1] != version
+                and not self._wrote(subscriber_id, version)
+            ):
                 # Someone else wrote the znode: this store no longer owns it.
                 # (An older version of its own, read while a switch of its
                 # own moved the znode on, is still its own.)
@@ -404,6 +415,21 @@ class SubscriptionsStore(abc.ABC):
         error = first_error(await self.zk.transaction(ops))
         if error is not None:
             raise error
+
+    async def _landed(
+        self, subscriber_id: str, error: ZooKeeperError, data: bytes, version: int
+    ) -> bool:
+        """Whether a write that failed with ``error`` had in fact landed:
+        retried after a lost answer (``error.attempts > 1``), its first
+        attempt may have written ``data`` at ``version`` and the retry then
+        met its own write (BadVersion, NodeExists)."""
+        if error.attempts <= 1:
+            return False
+        try:
+            current, stat = await self.zk.get(self.znode(subscriber_id))
+        except NoNodeError:
+            return False
+        return current == data and stat.version == version
 
     async def _delete_ledgers(self, *ledger_ids: int | None) -> None:
         """Delete ledgers that may or may not exist (cleanup is idempotent).

@@ -87,16 +87,21 @@ class ZKSubscriptionsStore(SubscriptionsStore):
             # write the position in DistributedLog's format (compare-and-set:
             # if the owner switched segments meanwhile, fence again), then
             # drop the segments and the owner's registration.
+            data = encode_zk_position(found.position)
             try:
                 version = (
                     await self.zk.set(
                         self.znode(subscriber_id),
-                        encode_zk_position(found.position),
+                        data,
                         version=found.version if found.version is not None else -1,
                     )
                 ).version
-            except BadVersionError:
-                continue
+            except BadVersionError as e:
+                if found.version is None or not await self._landed(
+                    subscriber_id, e, data, found.version + 1
+                ):
+                    continue
+                version = found.version + 1
             except NoNodeError:
                 return _State(NonInclusiveLowerBound, None)  # deleted meanwhile
             z = found.znode

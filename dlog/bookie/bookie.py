@@ -53,6 +53,7 @@ from dlog.errors import (
     CorruptedFileError,
     NoSuchEntryError,
 )
+from dlog.tasks import BackgroundTasks
 from dlog.uri import parse_metadata_service_uri
 from dlog.zk import ZooKeeper
 
@@ -142,7 +143,7 @@ class Bookie:
         self._pressure_listeners: list[Callable[[bool], None]] = []
         self._read_only_listeners: list[ReadOnlyListener] = []
         self._under_pressure = False
-        self._tasks: set[asyncio.Task[object]] = set()
+        self._tasks = BackgroundTasks()
         self._stopped = asyncio.Event()
         self.replayed_records = 0
         self.instance_id: str | None = None
@@ -172,11 +173,11 @@ class Bookie:
         self.storage = await loop.run_in_executor(
             None, DbLedgerStorage, self.conf, self.ledger_dirs
         )
-        for d in self.storage.dirs:
-            d.on_io_error = self._storage_io_error
-            d.on_io_recovered = self._storage_recovered
-            if d.read_only_indexes:
-                self.set_read_only(_indexes_reason(d.directory), True)
+        for sd in self.storage.dirs:
+            sd.on_io_error = self._storage_io_error
+            sd.on_io_recovered = self._storage_recovered
+            if sd.read_only_indexes:
+                self.set_read_only(_indexes_reason(sd.directory), True)
         self.journals = [
             Journal(
                 d, self.conf, on_error=self._journal_failed, observe_latency=self._journal_synced
@@ -229,13 +230,10 @@ class Bookie:
             await self.storage.close()
         if self.read_pool is not None:
             self.read_pool.shutdown(wait=True, cancel_futures=True)
-        current = asyncio.current_task()
-        for task in list(self._tasks):
-            # A bookie that stops itself runs this in one of its own tasks:
-            # cancelling that one would cut the stop short, and ``stopped``
-            # would never be set (the process would never exit).
-            if task is not current:
-                task.cancel()
+        # A bookie that stops itself runs this in one of its own tasks, which
+        # cancel_all spares: cancelling it would cut the stop short, and
+        # ``stopped`` would never be set (the process would never exit).
+        self._tasks.cancel_all(close=False)
         if self.zk is not None:
             await self.zk.stop()
         self._stopped.set()
@@ -280,11 +278,6 @@ class Bookie:
             count += 1
         self.replayed_records += count
 
-    def _spawn(self, coro: object) -> None:
-        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     # ------------------------------------------------------------------
     # state
     # ------------------------------------------------------------------
@@ -325,16 +318,16 @@ class Bookie:
         """After a restart, learn the LAC from the last stored entry."""
         if st.lac_loaded:
             return
+        storage = self.storage
+        assert storage is not None  # opened by start(), before any request
         loop = asyncio.get_running_loop()
         try:
-            last = await loop.run_in_executor(
-                self.read_pool, self.storage.get_entry, st.ledger_id, -1
-            )  # type: ignore[union-attr]
+            last = await loop.run_in_executor(self.read_pool, storage.get_entry, st.ledger_id, -1)
             if len(last) >= 24:
                 st.advance_lac(_LAC.unpack_from(last, 16)[0])
         except NoSuchEntryError:
             pass
-        info = self.storage.ledger_info(st.ledger_id)  # type: ignore[union-attr]
+        info = storage.ledger_info(st.ledger_id)
         if info is not None and info.explicit_lac is not None and len(info.explicit_lac) >= 16:
             st.advance_lac(_LAC.unpack_from(info.explicit_lac, 8)[0])
         st.lac_loaded = True
@@ -375,7 +368,7 @@ class Bookie:
             self.journal_for(ledger_id).log(body, respond)
         else:
             self.metrics.throttled_adds.inc()
-            self._spawn(self._add_throttled(st, ledger_id, entry_id, body, recovery, respond))
+            self._tasks.spawn(self._add_throttled(st, ledger_id, entry_id, body, recovery, respond))
 
     async def _add_throttled(
         self,
@@ -459,13 +452,15 @@ class Bookie:
         st = self._state(ledger_id)
         if st is None:
             return ENOLEDGER, None, None
+        storage = self.storage
+        assert storage is not None  # opened by start(), before any request
         loop = asyncio.get_running_loop()
-        body = self.storage.cached_entry(ledger_id, entry_id) if entry_id >= 0 else None  # type: ignore[union-attr]
+        body = storage.cached_entry(ledger_id, entry_id) if entry_id >= 0 else None
         if body is None:
             try:
                 body = await loop.run_in_executor(
-                    self.read_pool, self.storage.get_entry, ledger_id, entry_id
-                )  # type: ignore[union-attr]
+                    self.read_pool, storage.get_entry, ledger_id, entry_id
+                )
             except NoSuchEntryError:
                 return ENOENTRY, None, st.lac if st.lac_loaded else None
             except (CorruptedFileError, OSError) as e:
@@ -564,7 +559,7 @@ class Bookie:
                 "bookie must turn read-only (%s) but readOnlyModeEnabled=false: shutting down",
                 reason,
             )
-            self._spawn(self._shutdown())
+            self._tasks.spawn(self._shutdown())
             return
         self.read_only = new
         self.metrics.read_only.set(1 if new else 0)
@@ -576,7 +571,7 @@ class Bookie:
         for listener in list(self._read_only_listeners):
             announce = listener(new)
             if announce is not None:
-                self._spawn(announce)
+                self._tasks.spawn(announce)
 
     def _disk_changed(self, full: set[Path]) -> None:
         self.set_read_only("disk full", bool(full))
@@ -594,7 +589,7 @@ class Bookie:
             return
         for d in self.storage.dirs:
             if d.read_only_indexes and d.directory not in self.disk.full:
-                self._spawn(self._reopen(d))
+                self._tasks.spawn(self._reopen(d))
 
     async def _reopen(self, d: SingleDirectoryDbLedgerStorage) -> None:
         try:

@@ -12,7 +12,6 @@ handing a request over, and ``on_release`` tells it when one completes.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 from dlog.errors import EBADREQ, EIO, EOK, STATUS_NAMES
 from dlog.protocol import messages as m
 from dlog.protocol.bookkeeper_pb2 import Request, Response
+from dlog.tasks import BackgroundTasks
 
 if TYPE_CHECKING:
     from dlog.bookie.bookie import Bookie
@@ -45,7 +45,7 @@ class RequestProcessor:
         self.bookie = bookie
         self.metrics = bookie.metrics
         self._labels: dict[tuple[int, int], tuple[str, str]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = BackgroundTasks()
         self.adds_in_progress = 0
         self.reads_in_progress = 0
         #: High-water marks since start: a limit that was ever exceeded shows here.
@@ -86,11 +86,6 @@ class RequestProcessor:
             )
         self.metrics.requests.inc(labels=labels)
 
-    def _spawn(self, coro: object) -> None:
-        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     def handle(self, req: Request, conn: Responder) -> None:
         problem = m.request_problem(req)
         if problem is not None:
@@ -106,7 +101,7 @@ class RequestProcessor:
                 self._read(req, conn)
             elif op == m.READ_LAC:
                 self._read_started()
-                self._spawn(self._read_lac(req, conn))
+                self._tasks.spawn(self._read_lac(req, conn))
             elif op == m.WRITE_LAC:
                 self._write_lac(req, conn)
             elif op == m.FORCE_LEDGER:
@@ -161,7 +156,7 @@ class RequestProcessor:
         rr = req.readRequest
         flag = rr.flag if rr.HasField("flag") else 0
         if rr.HasField("previousLAC"):
-            self._spawn(self._long_poll(req, conn, flag))
+            self._tasks.spawn(self._long_poll(req, conn, flag))
             return
         if flag != m.FENCE_LEDGER:
             hit = self.bookie.cached_read(rr.ledgerId, rr.entryId)
@@ -175,7 +170,7 @@ class RequestProcessor:
                 self._read_done()
                 return
         self._read_started()
-        self._spawn(self._read_async(req, conn, flag))
+        self._tasks.spawn(self._read_async(req, conn, flag))
 
     async def _long_poll(self, req: Request, conn: Responder, flag: int) -> None:
         rr = req.readRequest

@@ -32,7 +32,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dlog.errors import BKError, BKTransmitError, DLogError, LedgerFencedError, NoSuchLedgerError
 from dlog.failpoints import afailpoint
@@ -96,7 +96,7 @@ def close_context(reason: str, *, expect_delete_after: int | None = None) -> Led
     return make(expect_delete_after=expect_delete_after)
 
 
-def fail_futures(futures: Iterable[asyncio.Future[object]], error: DLogError) -> None:
+def fail_futures(futures: Iterable[asyncio.Future[Any]], error: DLogError) -> None:
     """Fail every future not done yet with its own copy of ``error``. Each
     is marked retrieved: a caller that stopped waiting must not warn."""
     for fut in futures:

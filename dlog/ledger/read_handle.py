@@ -89,6 +89,17 @@ class ReadHandle:
         return self._md.is_closed
 
     @property
+    def metadata_version(self) -> int:
+        return self._md_version
+
+    def adopt(self, metadata: LedgerMetadata, version: int) -> None:
+        """Take ``metadata`` (at ``version``) as this handle's, as recovery
+        moves the ledger on; a closed ledger's LAC is its last entry."""
+        self._md, self._md_version = metadata, version
+        if metadata.is_closed:
+            self._lac = metadata.last_entry_id
+
+    @property
     def last_add_confirmed(self) -> int:
         return self._lac
 

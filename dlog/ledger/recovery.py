@@ -39,7 +39,7 @@ async def recover(client: LedgerContext, handle: ReadHandle, password: bytes) ->
     """Recover ``handle``'s ledger in place (its metadata ends up CLOSED)."""
     store = client.metadata_store
     lid = handle.ledger_id
-    md, version = handle._md, handle._md_version
+    md, version = handle.metadata, handle.metadata_version
     # 1. IN_RECOVERY
     while not md.is_closed and md.state != LedgerState.IN_RECOVERY:
         try:
@@ -47,9 +47,8 @@ async def recover(client: LedgerContext, handle: ReadHandle, password: bytes) ->
             md = md.replace(state=LedgerState.IN_RECOVERY)
         except MetadataVersionError:
             md, version = await store.read(lid)
-    handle._md, handle._md_version = md, version
+    handle.adopt(md, version)
     if md.is_closed:
-        handle._lac = md.last_entry_id
         return
     # 2. fence and learn the LAC
     lac = await ensemble_lac(handle, fence=True)
@@ -76,20 +75,18 @@ async def recover(client: LedgerContext, handle: ReadHandle, password: bytes) ->
             recovered += 1
         next_id += READ_BATCH
     await writer.wait_pending(timeout=max(30.0, 4 * client.conf.add_entry_timeout_sec))
-    if writer._error is not None:
+    if writer.error is not None:
         raise LedgerRecoveryError(
-            f"ledger {lid}: re-adding recovered entries failed: {writer._error}"
+            f"ledger {lid}: re-adding recovered entries failed: {writer.error}"
         )
     # 4. close
-    await writer._seal(None)
-    handle._md, handle._md_version = writer._md, writer._md_version
-    handle._lac = writer._md.last_entry_id
+    await writer.seal_recovered()
+    handle.adopt(writer.metadata, writer.metadata_version)
     handle.recovered_by_me = writer.sealed_by_me
-    writer._closed = True
     log.info(
         "ledger %d: recovered and closed at entry %d (%d entries re-added)",
         lid,
-        handle._lac,
+        handle.last_add_confirmed,
         recovered,
     )
-    client.send_write_close(lid, handle.master_key, list(writer._md.last_ensemble))
+    client.send_write_close(lid, handle.master_key, list(writer.metadata.last_ensemble))

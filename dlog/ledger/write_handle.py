@@ -48,6 +48,7 @@ from dlog.errors import (
 from dlog.ledger.digest import DigestManager
 from dlog.ledger.metadata import LedgerCloseContext, LedgerMetadata, LedgerState
 from dlog.ledger.quorum import write_set
+from dlog.tasks import BackgroundTasks
 
 if TYPE_CHECKING:
     from dlog.ledger.context import LedgerContext
@@ -113,7 +114,7 @@ class WriteHandle:
         self._closing = False
         self._closed = False
         self._timeout = client.conf.add_entry_timeout_sec
-        self._tasks: set[asyncio.Task[object]] = set()
+        self._tasks = BackgroundTasks(self._loop)
         self._drained: list[asyncio.Future[None]] = []
         self.ensemble_changes = 0
         self._lac_published = -1
@@ -151,6 +152,15 @@ class WriteHandle:
     @property
     def pending(self) -> int:
         return len(self._pending)
+
+    @property
+    def metadata_version(self) -> int:
+        return self._md_version
+
+    @property
+    def error(self) -> BKError | None:
+        """Why appends fail, once one has (they all fail from then on)."""
+        return self._error
 
     def __repr__(self) -> str:
         return f"WriteHandle(ledger={self.ledger_id}, lac={self._lac}, ensemble={self.ensemble})"
@@ -197,7 +207,7 @@ class WriteHandle:
             if conn is not None:
                 self._dispatch(conn, op, idx, gen, bookie)
             else:
-                self._spawn(self._connect_and_send(op, idx, gen, bookie))
+                self._tasks.spawn(self._connect_and_send(op, idx, gen, bookie))
 
     def _dispatch(self, conn, op: PendingAdd, idx: int, gen: int, bookie: str) -> None:  # type: ignore[no-untyped-def]
         fut = conn.add_entry(
@@ -301,7 +311,7 @@ class WriteHandle:
         self._failed[idx] = gen
         if not self._changing:
             self._changing = True
-            self._spawn(self._change_ensemble())
+            self._tasks.spawn(self._change_ensemble())
 
     async def _change_ensemble(self) -> None:
         try:
@@ -491,6 +501,12 @@ class WriteHandle:
         self._closed = True
         self.client.send_write_close(self.ledger_id, self.master_key, list(self.ensemble))
 
+    async def seal_recovered(self) -> None:
+        """Seal a recovery's handle: every entry it re-added is confirmed;
+        close the ledger at its LAC. The recoverer tells the bookies."""
+        await self._seal(None)
+        self._closed = True
+
     def _fail_leftovers(self) -> None:
         if self._pending:
             self._fail(LedgerClosedError(f"ledger {self.ledger_id} was closed"))
@@ -527,8 +543,3 @@ class WriteHandle:
                         f"ledger {self.ledger_id} is being recovered by another client"
                     ) from None
                 self._md, self._md_version = current, version
-
-    def _spawn(self, coro: object) -> None:
-        task = self._loop.create_task(coro)  # type: ignore[arg-type]
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)

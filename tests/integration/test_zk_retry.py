@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from dlog.errors import LogExistsError
+from dlog.errors import LogExistsError, SubscriptionFencedError
 from dlog.ledger.metadata import LedgerMetadata, LedgerState
 from dlog.ledger.metadata_store import LedgerMetadataStore
 from dlog.log_metadata import LogMetadataStore
@@ -246,3 +246,70 @@ async def test_answers_from_a_real_server_are_dlog_errors(zk: ZooKeeper, zk_root
         "RolledBackError",
     ]
     assert await zk.exists(zk_root) is None
+
+
+async def test_subscription_stores_recognise_their_own_write_after_a_connection_loss(
+    client: ZooKeeper, zk: ZooKeeper, zk_root: str, relay: Relay
+) -> None:
+    """A log-segment owner's compare-and-set whose answer is lost, retried
+    onto its own write, is a success, not "changed by another owner"; the
+    the same for converting one to the ZooKeeper format."""
+    from dlog.conf.dlog import DLogConfig
+    from dlog.dlsn import DLSN
+    from dlog.stream import StreamContext
+    from subscriptions.format import SegmentSubscription
+    from subscriptions.log_segment import LogSegmentSubscriptionsStore
+    from subscriptions.zk_store import ZKSubscriptionsStore
+
+    metadata = LogMetadataStore(client, f"{zk_root}/ns")
+    await metadata.create_log("s")
+    ctx = StreamContext(
+        name="s",
+        conf=DLogConfig(),
+        zk=client,
+        bk=None,  # type: ignore[arg-type]  # no ledger is touched here
+        metadata=metadata,
+        namespace_uri="distributedlog://test/ns",
+        data_set=f"{zk_root}/ns/s",
+    )
+    store = LogSegmentSubscriptionsStore(ctx)
+    await zk.ensure_path(ctx.paths.subscribers)
+    path = store.znode("sub")
+    sub = SegmentSubscription(name="sub", segment_id=7, last_commit=DLSN(1, 2, 3))
+
+    async def created() -> bool:
+        return await version_of(zk, path) == 0
+
+    assert await answer_lost(relay, store._cas("sub", sub, None), created) == 0
+
+    moved = sub.replace(last_commit=DLSN(1, 5, 0))
+
+    async def set_landed() -> bool:
+        return await version_of(zk, path) == 1
+
+    assert await answer_lost(relay, store._cas("sub", moved, 0), set_landed) == 1
+    # Someone else's write is still a fence.
+    with pytest.raises(SubscriptionFencedError):
+        await store._cas("sub", sub, 0)
+
+    # ZooKeeper's store converting it: its compare-and-set lands, the answer
+    # is lost, the retry meets its own write.
+    zk_store = ZKSubscriptionsStore(ctx)
+    from subscriptions.format import encode_zk_position
+
+    data = encode_zk_position(DLSN(1, 5, 0))
+
+    async def converted() -> bool:
+        return await version_of(zk, path) == 2
+
+    e = await answer_lost(relay, _expect_bad_version(client.set(path, data, version=1)), converted)
+    assert e.attempts == 2
+    assert await zk_store._landed("sub", e, data, 2)
+    assert not await zk_store._landed("sub", e, b"other", 2)
+
+
+
+async def _expect_bad_version(call: Awaitable[Any]) -> BadVersionError:
+    with pytest.raises(BadVersionError) as e:
+        await call
+    return e.value

@@ -122,7 +122,7 @@ def _resolve(module: str, node: ast.ImportFrom) -> str:
     if not node.level:
         return node.module or ""
     base = module.split(".")
-    if not MODULES[module].name == "__init__.py":
+    if MODULES[module].name != "__init__.py":
         base = base[:-1]
     base = base[: len(base) - (node.level - 1)]
     return ".".join(base + ([node.module] if node.module else []))
