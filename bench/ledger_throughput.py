@@ -38,7 +38,7 @@ from common import (
 
 from dlog.bookie.main import install_event_loop_policy, tune_runtime
 from dlog.conf.bookie import BookieConfig
-from dlog.conf.client import ClientConfig
+from dlog.conf.bookkeeper import ClientConfig
 from dlog.errors import BKError, ConfigError
 from dlog.ledger.client import BookKeeper
 from dlog.ledger.metadata import DigestType

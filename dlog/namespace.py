@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from dlog.conf.client import ClientConfig
+from dlog.conf.bookkeeper import ClientConfig
 from dlog.conf.dlog import DLogConfig
 from dlog.errors import LogExistsError, LogNotFoundError, NoSuchLedgerError
 from dlog.ledger.client import BookKeeper

@@ -44,7 +44,7 @@ _END = object()
 
 
 class LogReader:
-    """Read records from a stream. Use ``await log.open_reader(...)``."""
+    """Read records from a stream. Use ``await stream.open_reader(...)`` on a LogManager."""
 
     def __init__(
         self,

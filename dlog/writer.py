@@ -83,7 +83,7 @@ class _Segment:
 
 
 class LogWriter:
-    """Write records to a stream. Use ``await log.open_writer()``."""
+    """Write records to a stream. Use ``await stream.open_writer()`` on a LogManager."""
 
     def __init__(self, ctx: StreamContext) -> None:
         self.ctx = ctx

@@ -35,7 +35,7 @@ from dlog.conf.base import parse_set_options
 from dlog.errors import DLogError
 
 if TYPE_CHECKING:
-    from dlog.conf.client import ClientConfig
+    from dlog.conf.bookkeeper import ClientConfig
     from dlog.ledger.client import BookKeeper
 
 T = TypeVar("T")
@@ -99,7 +99,7 @@ def client_config(
     """The client settings: ``--conf`` (ClientConfig keys; in a DistributedLog
     file, its ``bkc.``-prefixed keys), then ``--set`` overrides, with the
     resolved service URI on top."""
-    from dlog.conf.client import ClientConfig
+    from dlog.conf.bookkeeper import ClientConfig
 
     uri = resolve_service_uri(service_uri, conf)
     values: dict[str, object] = {}

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any, Self
 
 from dlog.conf.base import Config, nested, setting
-from dlog.conf.client import ClientConfig
+from dlog.conf.bookkeeper import ClientConfig
 from dlog.errors import ConfigError
 
 __all__ = ["DIGEST_TYPES", "DLogConfig", "KEY_ALIASES"]

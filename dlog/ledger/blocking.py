@@ -17,7 +17,7 @@ import asyncio
 from typing import TypeVar
 
 from dlog.blocking import ClosingTwin, Twin, blocking, nowait
-from dlog.conf.client import ClientConfig
+from dlog.conf.bookkeeper import ClientConfig
 from dlog.ledger.client import BookKeeper
 from dlog.ledger.metadata import LedgerMetadata
 from dlog.ledger.read_handle import ReadHandle

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from dlog.tasks import BackgroundTasks
 from dlog.zk import NoNodeError, WatchedEvent, ZooKeeper
 
 log = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ class BookieWatcher:
         self.readonly: frozenset[str] = frozenset()
         self._changed = asyncio.Event()
         self._closed = False
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = BackgroundTasks()
 
     async def start(self) -> None:
         await self._refresh_writable()
@@ -32,8 +33,7 @@ class BookieWatcher:
 
     def close(self) -> None:
         self._closed = True
-        for task in list(self._tasks):  # a refresh may be retrying in a sleep
-            task.cancel()
+        self._tasks.cancel_all()  # a refresh may be retrying in a sleep
 
     async def _children(self, path: str, watch) -> list[str]:  # type: ignore[no-untyped-def]
         try:
@@ -57,18 +57,10 @@ class BookieWatcher:
         self._changed.set()
 
     def _on_writable_event(self, _event: WatchedEvent) -> None:
-        self._spawn(self._safe(self._refresh_writable))
+        self._tasks.spawn(self._safe(self._refresh_writable))
 
     def _on_readonly_event(self, _event: WatchedEvent) -> None:
-        self._spawn(self._safe(self._refresh_readonly))
-
-    def _spawn(self, coro) -> None:  # type: ignore[no-untyped-def]
-        if self._closed:
-            coro.close()
-            return
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(self._safe(self._refresh_readonly))
 
     async def _safe(self, fn) -> None:  # type: ignore[no-untyped-def]
         for attempt in range(20):

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Mapping
 
-from dlog.conf.client import ClientConfig
+from dlog.conf.bookkeeper import ClientConfig
 from dlog.errors import (
     EOK,
     ClientClosedError,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from dlog.conf.client import ClientConfig
+    from dlog.conf.bookkeeper import ClientConfig
     from dlog.ledger.bookie_client import BookieClientPool
     from dlog.ledger.bookie_watcher import BookieWatcher
     from dlog.ledger.metadata_store import LedgerMetadataStore

@@ -120,7 +120,7 @@ def ledger_client(
 ) -> tuple[BookKeeper, LoopThread]:
     """This process's BookKeeper client for ``metadata_service_uri`` (and
     client settings), started on this process's loop thread."""
-    from dlog.conf.client import ClientConfig
+    from dlog.conf.bookkeeper import ClientConfig
     from dlog.ledger.client import BookKeeper
     from dlog.loop_thread import default_loop_thread
 

@@ -12,7 +12,7 @@ import pytest
 
 from dlog.conf import DLogConfig
 from dlog.conf.base import parse_properties
-from dlog.conf.client import ClientConfig
+from dlog.conf.bookkeeper import ClientConfig
 from dlog.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
