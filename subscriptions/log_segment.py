@@ -505,7 +505,7 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
         data = encode_segment_subscription(sub)
         new_version = 0 if version is None or version < 0 else version + 1
         try:
-            if new_version == 0:
+            if version is None or version < 0:  # new_version == 0
                 await self.zk.create(path, data, makepath=True)
                 return 0
             return (await self.zk.set(path, data, version=version)).version
