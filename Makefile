@@ -1,6 +1,6 @@
 # dlog: every target installs what it needs on a fresh Debian machine.
 #   make demo   install, start a sandbox (ZooKeeper + 3 bookies), run the end-to-end job
-#   make test   install, run the whole test suite
+#   make test   install, lint (ruff), type-check (mypy), run the whole test suite
 #   make proto  regenerate dlog/protocol/*_pb2.py from proto/
 #   make bench  install, run the benchmarks (JSON on stdout)
 
@@ -36,6 +36,7 @@ demo: install
 
 test: install
 	$(PY) -m ruff check dlog subscriptions tests bench examples
+	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS) tests
 
 proto: install
@@ -51,4 +52,4 @@ lint: install
 	$(PY) -m ruff format --check .
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache .hypothesis
