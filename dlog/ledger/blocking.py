@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from dlog.blocking import ClosingTwin, Twin, blocking, nowait
 from dlog.conf.bookkeeper import ClientConfig
+from dlog.errors import BKError
 from dlog.ledger.client import BookKeeper
 from dlog.ledger.metadata import LedgerMetadata
 from dlog.ledger.read_handle import ReadHandle
@@ -70,6 +71,14 @@ class SyncWriteHandle(_SyncHandle[WriteHandle]):
     def pending(self) -> int:
         return self.handle.pending
 
+    @property
+    def metadata_version(self) -> int:
+        return self.handle.metadata_version
+
+    @property
+    def error(self) -> BKError | None:
+        return self.handle.error
+
     append = blocking(WriteHandle.append)
     append_nowait = nowait(WriteHandle.append_nowait)
 
@@ -89,6 +98,10 @@ class SyncWriteHandle(_SyncHandle[WriteHandle]):
 
 class SyncReadHandle(_SyncHandle[ReadHandle]):
     """A ledger open for reading (see :class:`dlog.ledger.read_handle.ReadHandle`)."""
+
+    @property
+    def metadata_version(self) -> int:
+        return self.handle.metadata_version
 
     read = blocking(ReadHandle.read)
     read_unconfirmed = blocking(ReadHandle.read_unconfirmed)

@@ -61,6 +61,9 @@ LOOP_ONLY: set[tuple[type, str]] = {
     # A reader built from a stream's internal context (what LogManager and
     # Consumer use); the blocking way in is SyncLogManager.open_reader.
     (LogReader, "open"),
+    # Recovery's own last step on the handle it re-adds entries with; the
+    # blocking way to recover is SyncBookKeeper.open_ledger(recovery=True).
+    (WriteHandle, "seal_recovered"),
 }
 
 #: Async protocols and the blocking protocol a twin offers instead.
