@@ -2,7 +2,7 @@
 the log-segment store against two ZooKeeper baselines measured in the same
 run:
 
-* ``zk``: dlog's ZooKeeper store (subscriptions/zk.py), compare-and-set
+* ``zk``: dlog's ZooKeeper store (subscriptions/zk_store.py), compare-and-set
   writes serialized per subscriber (one write in flight per subscription);
 * ``zk_pipelined``: DistributedLog's Java ZooKeeper store, unconditional
   ``setData`` (version -1) of the base64 DLSN, every commit its own write
@@ -150,8 +150,8 @@ class PipelinedSetData:
     which is why dlog's store compares and sets instead. Benchmark only."""
 
     def __init__(self, log_manager: LogManager) -> None:
-        self.zk = log_manager.namespace.zk
-        self.path = log_manager.store.paths(log_manager.name).subscribers
+        self.zk = log_manager.context.zk
+        self.path = log_manager.context.paths.subscribers
         self.last: dict[str, DLSN] = {}
 
     def znode(self, subscriber_id: str) -> str:
