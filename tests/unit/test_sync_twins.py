@@ -108,7 +108,9 @@ def returns(fn: Any) -> str:
     return annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
 
 
-def twin_problems(async_cls: type, sync_cls: type, loop_only: frozenset[str] | set[str] = frozenset()) -> list[str]:
+def twin_problems(
+    async_cls: type, sync_cls: type, loop_only: frozenset[str] | set[str] = frozenset()
+) -> list[str]:
     """What ``sync_cls`` lacks or gets wrong as the twin of ``async_cls``,
     one line per problem."""
     problems = []
@@ -216,3 +218,27 @@ def test_the_check_catches_what_a_twin_gets_wrong() -> None:
         "Sync.__next__ is missing (for __aiter__)",
         "Sync.stray is a coroutine",
     ]
+
+
+#: The async classes a subscriptions twin stands for: its public names
+#: must come from them (one twin serves every store).
+FAMILIES: dict[type, list[type]] = {
+    SyncSubscriptionsStore: [
+        SubscriptionsStore,
+        LogSegmentSubscriptionsStore,
+        ZKSubscriptionsStore,
+    ],
+    SyncConsumer: [Consumer],
+}
+
+#: Public names a twin may have that its async classes lack (none so far;
+#: add one here with the reason).
+EXTRAS: dict[type, set[str]] = {SyncSubscriptionsStore: set(), SyncConsumer: set()}
+
+
+@pytest.mark.parametrize("sync_cls", list(FAMILIES), ids=lambda c: c.__name__)
+def test_twin_has_no_public_name_its_async_classes_lack(sync_cls: type) -> None:
+    known = set().union(*(public(c) for c in FAMILIES[sync_cls]))
+    assert public(sync_cls) - known - EXTRAS[sync_cls] == set()
+    for name in public(sync_cls):
+        assert not inspect.iscoroutinefunction(getattr(sync_cls, name)), name
