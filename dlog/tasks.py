@@ -11,7 +11,6 @@ them until done and cancels whatever is left when its owner closes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -44,9 +43,6 @@ class BackgroundTasks:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def __len__(self) -> int:
-        return len(self._tasks)
-
     def cancel_all(self, *, close: bool = True) -> list[asyncio.Task[Any]]:
         """Cancel every running task (and, with ``close``, refuse new ones);
         returns them, for an owner that wants to wait for them. The task
@@ -58,10 +54,3 @@ class BackgroundTasks:
         for t in tasks:
             t.cancel()
         return tasks
-
-    async def aclose(self) -> None:
-        """Cancel every task and wait until they have all finished."""
-        tasks = self.cancel_all()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t

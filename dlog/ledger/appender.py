@@ -225,10 +225,6 @@ class LedgerAppender:
     def ledger_id(self) -> int:
         return self.handle.ledger_id
 
-    @property
-    def age(self) -> float:
-        return self.clock() - self.started
-
     def roll_reason(self) -> str | None:
         """Why this ledger should roll now, or None (see :func:`roll_reason`)."""
         return roll_reason(self.policy, self.entries, self.bytes, self.clock() - self.started)
