@@ -339,3 +339,27 @@ async def test_a_fenced_owner_never_passes_for_the_live_one(open_ns) -> None:
     await crash(owner_ns)
     reader = await store_of(await open_ns(), "zombie")
     assert await reader.get_last_commit_position("s") == d(3)
+
+
+async def test_a_late_read_of_its_own_older_znode_is_still_its_own(open_ns) -> None:
+    """A read whose answer predates the owner's own segment switches (it was
+    in flight while they ran) sees an older version of the znode, one the
+    owner wrote itself: the owner neither takes that for a takeover (its
+    commits go on) nor reports a position below what it acknowledged."""
+    store = await store_of(await open_ns(subscriptionSegmentMaxEntries=3), "late")
+    await store.advance_commit_position("s", d(1))
+    early = await store.read_znode("s")  # the answer a slow read would get
+    for i in range(2, 12):  # several switches move the znode on
+        await store.advance_commit_position("s", d(i))
+    assert store.switches > 1
+    _, now_version = await store.read_znode("s")
+    assert early[1] is not None and now_version is not None and early[1] < now_version
+
+    async def late_read(subscriber_id: str) -> tuple[object, int | None]:
+        return early
+
+    store.read_znode = late_read  # type: ignore[method-assign]
+    assert await store.get_last_commit_position("s") == d(11)
+    del store.read_znode
+    await store.advance_commit_position("s", d(12))  # still the owner
+    assert await store.get_last_commit_position("s") == d(12)
