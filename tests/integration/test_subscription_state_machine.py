@@ -18,6 +18,8 @@ After every step:
 A real cluster is not deterministic, so hypothesis cannot replay a failing
 example faithfully (it reports "Flaky"): the machine records the first
 violation itself, with the steps that led to it, and the test reports that.
+For the same reason no draw may depend on what the cluster did (see the
+rules' comment).
 
 Examples: ``DLOG_STATEFUL_EXAMPLES`` (default 40) of up to
 ``DLOG_STATEFUL_STEPS`` (default 30) steps; the run prints which
@@ -40,14 +42,13 @@ from collections.abc import Callable, Coroutine
 from typing import Any, ClassVar, TypeVar
 
 import pytest
-from hypothesis import HealthCheck, Phase, assume, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     invariant,
-    precondition,
     rule,
     run_state_machine_as_test,
 )
@@ -375,13 +376,32 @@ class SubscriptionMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------------
     # rules
     # ------------------------------------------------------------------
+    # No rule has a precondition and no draw depends on the cluster: every
+    # example draws the same shape of data whatever the cluster did, which
+    # hypothesis checks (a precondition or a ``sampled_from`` over the
+    # instances in some state makes the draws follow the cluster's timing,
+    # and hypothesis then stops with FlakyStrategyDefinition). A rule whose
+    # instance is not in the state it needs skips, saying so.
     slots = st.integers(0, SLOTS - 1)
 
-    @precondition(lambda self: self._eligible(acquired=True, parked=False))
-    @rule(data=st.data(), n=st.integers(1, 6), concurrent=st.booleans())
+    def _pick(self, pick: int, candidates: list[Instance]) -> Instance | None:
+        """The ``pick``-th of ``candidates`` (cyclically), or None to skip."""
+        if not candidates:
+            event("skipped: no instance in the state the rule needs")
+            self.log.append("   skipped: no instance in the state it needs")
+            return None
+        return candidates[pick % len(candidates)]
+
+    def _skip(self, why: str) -> None:
+        event(f"skipped: {why}")
+        self.log.append(f"   skipped: {why}")
+
+    @rule(pick=slots, n=st.integers(1, 6), concurrent=st.booleans())
     @step
-    def commit(self, data: st.DataObject, n: int, concurrent: bool) -> None:
-        inst = data.draw(st.sampled_from(self._eligible(acquired=True, parked=False)))
+    def commit(self, pick: int, n: int, concurrent: bool) -> None:
+        inst = self._pick(pick, self._eligible(acquired=True, parked=False))
+        if inst is None:
+            return
         dlsns = self._next_commits(n)
         self.log.append(f"   slot {inst.slot} commits {dlsns[0]}..{dlsns[-1]}")
         liveness = inst.slot == self.owner and not self.contested
@@ -400,11 +420,12 @@ class SubscriptionMachine(RuleBasedStateMachine):
             errors = [o for o in outcomes if not isinstance(o, int)]
             assert not errors, f"the owner's commits failed with no takeover under way: {errors}"
 
-    @precondition(lambda self: self._eligible(parked=False, taking_over=False))
-    @rule(data=st.data())
+    @rule(pick=slots)
     @step
-    def acquire(self, data: st.DataObject) -> None:
-        self._acquire(data.draw(st.sampled_from(self._eligible(parked=False, taking_over=False))))
+    def acquire(self, pick: int) -> None:
+        inst = self._pick(pick, self._eligible(parked=False, taking_over=False))
+        if inst is not None:
+            self._acquire(inst)
 
     def _acquire(self, inst: Instance) -> None:
         cached = self._owning_state(inst)  # then acquire only returns it
@@ -418,21 +439,17 @@ class SubscriptionMachine(RuleBasedStateMachine):
         if not cached:
             self._takeover_done(inst, position, next(self.clock))
 
-    @precondition(
-        lambda self: (
-            self._eligible(acquired=True, parked=False)
-            and self._eligible(parked=False, taking_over=False, owning=False)
-        )
-    )
-    @rule(data=st.data(), n=st.integers(1, 8))
+    @rule(pick_a=slots, pick_b=slots, n=st.integers(1, 8))
     @step
-    def commit_during_takeover(self, data: st.DataObject, n: int) -> None:
+    def commit_during_takeover(self, pick_a: int, pick_b: int, n: int) -> None:
         """Commits in flight on one instance while another takes over."""
-        a = data.draw(st.sampled_from(self._eligible(acquired=True, parked=False)))
+        a = self._pick(pick_a, self._eligible(acquired=True, parked=False))
+        if a is None:
+            return
         takers = self._eligible(parked=False, taking_over=False, owning=False)
-        takers = [b for b in takers if b is not a]
-        assume(takers)
-        b = data.draw(st.sampled_from(takers))
+        b = self._pick(pick_b, [b for b in takers if b is not a])
+        if b is None:
+            return
         dlsns = self._next_commits(n)
         self.log.append(
             f"   slot {a.slot} commits {dlsns[0]}..{dlsns[-1]}; slot {b.slot} takes over"
@@ -454,24 +471,26 @@ class SubscriptionMachine(RuleBasedStateMachine):
             self._takeover_done(b, position, stamp)
         self._record(a, dlsns, outcomes)
 
-    @precondition(lambda self: self._eligible(acquired=True, parked=False))
-    @rule(data=st.data())
+    @rule(pick=slots)
     @step
-    def release(self, data: st.DataObject) -> None:
-        inst = data.draw(st.sampled_from(self._eligible(acquired=True, parked=False)))
+    def release(self, pick: int) -> None:
+        inst = self._pick(pick, self._eligible(acquired=True, parked=False))
+        if inst is None:
+            return
         self.log.append(f"   slot {inst.slot}")
         self.run(self._as(inst, inst.store.release(SID)))
         inst.acquired = False
         if inst.slot == self.owner:
             self.owner, self.won_at = None, next(self.clock)
 
-    @precondition(lambda self: self._eligible(acquired=True, parked=False))
-    @rule(data=st.data(), n=st.integers(1, 3))
+    @rule(pick=slots, n=st.integers(1, 3))
     @step
-    def commit_then_crash(self, data: st.DataObject, n: int) -> None:
+    def commit_then_crash(self, pick: int, n: int) -> None:
         """kill -9 right after acknowledgments, before the owner can publish
         the LAC that covers them: a read must still find them."""
-        inst = data.draw(st.sampled_from(self._eligible(acquired=True, parked=False)))
+        inst = self._pick(pick, self._eligible(acquired=True, parked=False))
+        if inst is None:
+            return
         dlsns = self._next_commits(n)
         self.log.append(f"   slot {inst.slot} commits {dlsns[0]}..{dlsns[-1]}, then dies")
 
@@ -503,51 +522,34 @@ class SubscriptionMachine(RuleBasedStateMachine):
         self.run(crash(inst.ns))
         self.instances[slot] = self._open(slot)
 
-    @precondition(
-        lambda self: (
-            len(self._parked_points()) < 2
-            and self._eligible(parked=False, owning=True, taking_over=False)
-        )
-    )
-    @rule(data=st.data(), point=st.sampled_from(ROLL_POINTS))
+    @rule(pick=slots, point=st.sampled_from(ROLL_POINTS))
     @step
-    def park_a_roll(self, data: st.DataObject, point: str) -> None:
-        inst = data.draw(
-            st.sampled_from(self._eligible(parked=False, owning=True, taking_over=False))
-        )
-        assume(point not in self._parked_points())
-        self._park_roll(inst, point)
+    def park_a_roll(self, pick: int, point: str) -> None:
+        if len(self._parked_points()) >= 2 or point in self._parked_points():
+            return self._skip(f"already parked at {sorted(self._parked_points())}")
+        inst = self._pick(pick, self._eligible(parked=False, owning=True, taking_over=False))
+        if inst is not None:
+            self._park_roll(inst, point)
 
-    @precondition(
-        lambda self: (
-            len(self._parked_points()) < 2
-            and self._eligible(parked=False, owning=False, taking_over=False)
-        )
-    )
-    @rule(data=st.data(), point=st.sampled_from(TAKEOVER_POINTS))
+    @rule(pick=slots, point=st.sampled_from(TAKEOVER_POINTS))
     @step
-    def park_a_takeover(self, data: st.DataObject, point: str) -> None:
-        inst = data.draw(
-            st.sampled_from(self._eligible(parked=False, owning=False, taking_over=False))
-        )
-        assume(point not in self._parked_points())
-        self._park_takeover(inst, point)
+    def park_a_takeover(self, pick: int, point: str) -> None:
+        if len(self._parked_points()) >= 2 or point in self._parked_points():
+            return self._skip(f"already parked at {sorted(self._parked_points())}")
+        inst = self._pick(pick, self._eligible(parked=False, owning=False, taking_over=False))
+        if inst is not None:
+            self._park_takeover(inst, point)
 
-    @precondition(lambda self: any(i.parked for i in self.instances))
-    @rule(data=st.data())
+    @rule(pick=slots)
     @step
-    def resume(self, data: st.DataObject) -> None:
-        self._resume(data.draw(st.sampled_from([i for i in self.instances if i.parked])))
+    def resume(self, pick: int) -> None:
+        inst = self._pick(pick, self._eligible(parked=True))
+        if inst is not None:
+            self._resume(inst)
 
-    @precondition(
-        lambda self: (
-            not self._parked_points()
-            and self._eligible(parked=False, owning=True, taking_over=False)
-            and self._eligible(parked=False, owning=False, taking_over=False)
-        )
-    )
     @rule(
-        data=st.data(),
+        pick_old=slots,
+        pick_new=slots,
         roll_at=st.sampled_from(ROLL_POINTS),
         takeover_at=st.sampled_from(TAKEOVER_POINTS),
         roll_first=st.booleans(),
@@ -556,7 +558,8 @@ class SubscriptionMachine(RuleBasedStateMachine):
     @step
     def a_takeover_races_a_roll(
         self,
-        data: st.DataObject,
+        pick_old: int,
+        pick_new: int,
         roll_at: str,
         takeover_at: str,
         roll_first: bool,
@@ -565,15 +568,17 @@ class SubscriptionMachine(RuleBasedStateMachine):
         """The owner's roll parks at one step, another instance's takeover at
         another; they resume in either order, and the old owner commits
         once its switch is done."""
-        assume(roll_at != takeover_at)
-        old = data.draw(
-            st.sampled_from(self._eligible(parked=False, owning=True, taking_over=False))
-        )
-        takers = [
-            i for i in self._eligible(parked=False, owning=False, taking_over=False) if i is not old
-        ]
-        assume(takers)
-        new = data.draw(st.sampled_from(takers))
+        if roll_at == takeover_at:
+            return self._skip("one failpoint cannot park both sides")
+        if self._parked_points():
+            return self._skip(f"already parked at {sorted(self._parked_points())}")
+        old = self._pick(pick_old, self._eligible(parked=False, owning=True, taking_over=False))
+        if old is None:
+            return
+        takers = self._eligible(parked=False, owning=False, taking_over=False)
+        new = self._pick(pick_new, [i for i in takers if i is not old])
+        if new is None:
+            return
         self._race(old, new, roll_at, takeover_at, roll_first, old_commits)
 
     def _race(
