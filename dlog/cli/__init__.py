@@ -32,10 +32,13 @@ def build_app() -> typer.Typer:
 
     from dlog.cli import bookie as _bookie
     from dlog.cli import conf as _conf
+    from dlog.cli import dlsn as _dlsn
     from dlog.cli import sandbox as _sandbox
     from dlog.cli import shell as _shell
     from dlog.cli import stream as _stream
     from dlog.cli import subscriptions as _subscriptions
+    from dlog.cli import tail as _tail
+    from dlog.cli import write as _write
 
     app = typer.Typer(
         name="dlog",
@@ -48,9 +51,9 @@ def build_app() -> typer.Typer:
     app.add_typer(_conf.app, name="conf")
     app.add_typer(_sandbox.app, name="sandbox")
     app.add_typer(_stream.app, name="stream")
-    app.command("write")(_stream.write)
-    app.command("tail")(_stream.tail)
-    app.add_typer(_stream.dlsn_app, name="dlsn")
+    app.command("write")(_write.write)
+    app.command("tail")(_tail.tail)
+    app.add_typer(_dlsn.app, name="dlsn")
     app.add_typer(_subscriptions.app, name="subscriptions")
     return app
 

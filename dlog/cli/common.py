@@ -1,27 +1,46 @@
-"""Shared CLI plumbing: --conf/--set handling, logging, error reporting."""
+"""Shared CLI plumbing: --uri/--conf/--set handling, opening the namespace,
+logging, DLSN options and error reporting."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from dlog.conf.base import Config, parse_set_options
 from dlog.errors import DLogError
+
+if TYPE_CHECKING:
+    from dlog.conf.dlog import DLogConfig
+    from dlog.dlsn import DLSN
+    from dlog.namespace import Namespace
 
 console = Console()
 err_console = Console(stderr=True)
 
 C = TypeVar("C", bound=Config)
+T = TypeVar("T")
 
 ConfOption = typer.Option(None, "--conf", "-c", help="Configuration file (Java properties).")
 SetOption = typer.Option(None, "--set", "-s", help="Override a setting: key=value (repeatable).")
 ForceOption = typer.Option(False, "--force", "-f", help="Do not ask for confirmation.")
+UriOption = typer.Option(
+    None,
+    "--uri",
+    "-u",
+    help="Namespace URI, e.g. distributedlog://127.0.0.1:2181/messaging (default: $DLOG_URI).",
+    show_default=False,
+)
+StreamArgument = typer.Argument(..., help="Stream name.")
 
 
 def setup_logging(level: str | None = None, *, default: str = "INFO") -> None:
@@ -55,3 +74,90 @@ def run_cli(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
         return fn(*args, **kwargs)
     except DLogError as e:
         raise fail(str(e)) from None
+
+
+def print_table(table: Table) -> None:
+    if console.is_terminal:
+        console.print(table)
+    else:  # piped: keep the table's natural width instead of 80 columns
+        Console(width=250).print(table)
+
+
+def resolve(
+    uri: str | None, conf: Path | None, sets: list[str] | None, **overrides: object
+) -> tuple[str, DLogConfig]:
+    """The namespace URI (``--uri`` or ``$DLOG_URI``) and the configuration;
+    bad values exit with code 2."""
+    from dlog.conf.dlog import DLogConfig
+    from dlog.uri import parse_namespace_uri
+
+    uri = uri or os.environ.get("DLOG_URI") or None
+    if not uri:
+        raise fail("no namespace URI: pass --uri or set DLOG_URI", 2)
+    try:
+        parse_namespace_uri(uri)
+    except ValueError as e:
+        raise fail(f"invalid namespace URI: {e}", 2) from None
+    try:
+        cfg = load_config(DLogConfig, conf, sets)
+        if overrides:
+            cfg = cfg.with_overrides(overrides)
+    except DLogError as e:
+        raise fail(str(e), 2) from None
+    return uri, cfg
+
+
+def run_namespace(
+    uri: str | None,
+    conf: Path | None,
+    sets: list[str] | None,
+    body: Callable[[Namespace], Awaitable[T]],
+    *,
+    create_streams: bool = False,
+) -> T:
+    """Open the namespace, run ``body(ns)`` in a fresh event loop, close it.
+
+    It never creates the namespace (that is ``dlog namespace create``).
+    Unless ``create_streams``, opening a missing stream fails (commands that
+    only look at a stream must not create it); with it, a missing stream is
+    created only if ``createStreamIfNotExists`` says so."""
+    overrides: dict[str, object] = {} if create_streams else {"createStreamIfNotExists": False}
+    ns_uri, cfg = resolve(uri, conf, sets, **overrides)
+    setup_logging(default="WARNING")
+
+    async def go() -> T:
+        from dlog.namespace import Namespace
+
+        ns = await Namespace.open(ns_uri, cfg, bind=False)
+        try:
+            return await body(ns)
+        finally:
+            await ns.close()
+
+    try:
+        return asyncio.run(go())
+    except BrokenPipeError:  # `| head`: stop quietly, without a second error at exit
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(0) from None
+    except KeyboardInterrupt:
+        raise fail("interrupted", 130) from None
+    except DLogError as e:
+        raise fail(str(e)) from None
+    except (OSError, TimeoutError, ValueError) as e:
+        raise fail(f"{type(e).__name__}: {e}") from None
+
+
+def dlsn_option(text: str, option: str) -> DLSN:
+    """``text`` as a DLSN (every form :func:`dlog.dlsn.parse_dlsn` reads), or exit 2 naming ``option``."""
+    from dlog.dlsn import parse_dlsn
+
+    try:
+        return parse_dlsn(text)
+    except DLogError as e:
+        raise fail(f"{option}: {e}", 2) from None
+
+
+def short(dlsn: DLSN) -> str:
+    """``seq/entry/slot``, which ``parse_dlsn`` (and so --from/--to) accepts."""
+    return f"{dlsn.log_segment_sequence_no}/{dlsn.entry_id}/{dlsn.slot_id}"

@@ -28,12 +28,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from dlog.cli.common import ConfOption, ForceOption, SetOption, console, err_console, fail
-from dlog.cli.stream import UriOption, _parse_dlsn, run_namespace, short
+from dlog.cli.common import (
+    ConfOption,
+    ForceOption,
+    SetOption,
+    UriOption,
+    console,
+    dlsn_option,
+    err_console,
+    fail,
+    print_table,
+    run_namespace,
+    short,
+)
 
 if TYPE_CHECKING:
     from dlog.dlsn import DLSN
@@ -49,13 +59,6 @@ app = typer.Typer(
 
 StreamArgument = typer.Argument(..., help="Stream name.")
 SubscriberArgument = typer.Argument(..., help="Subscriber id.")
-
-
-def _print_table(table: Table) -> None:
-    if console.is_terminal:
-        console.print(table)
-    else:  # piped: keep the table's natural width instead of 80 columns
-        Console(width=250).print(table)
 
 
 def _admin_store(lm: LogManager) -> SubscriptionsStore:
@@ -121,7 +124,7 @@ def list_subscribers(
             table.add_row(escape(sid), f"[red]unreadable: {escape(error or '')}[/]", "-", "-")
         else:
             table.add_row(escape(sid), str(info.position), info.position.serialize(), info.format)
-    _print_table(table)
+    print_table(table)
 
 
 @app.command("show")
@@ -301,7 +304,7 @@ def reset(
 
     _check_id(subscriber_id)
     choice = to.strip().lower()
-    target = None if choice in ("earliest", "latest") else _parse_dlsn(to, "--to")
+    target = None if choice in ("earliest", "latest") else dlsn_option(to, "--to")
 
     async def body(ns: Namespace) -> tuple[SubscriberInfo | None, SubscriberInfo, str | None]:
         lm = await ns.open_log(stream)
@@ -431,7 +434,7 @@ def migrate(
     if not results:
         err_console.print("[yellow]no subscribers to migrate[/]")
         return
-    _print_table(_migration_table(results, fmt, dry_run))
+    print_table(_migration_table(results, fmt, dry_run))
     failed = [r for r in results if not r.ok]
     counts: dict[str, int] = {}
     for r in results:

@@ -1,0 +1,143 @@
+"""``dlog tail``: print a stream's records as ``DLSN<TAB>payload`` lines.
+
+dlog tail events -n 10
+dlog tail events --from latest --follow
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from dlog.cli.common import (
+    ConfOption,
+    SetOption,
+    StreamArgument,
+    UriOption,
+    dlsn_option,
+    err_console,
+    run_namespace,
+    short,
+)
+
+if TYPE_CHECKING:
+    from dlog.namespace import Namespace
+    from dlog.record import LogRecordWithDLSN
+
+#: Without --follow, tail stops after this long without a record once it has
+#: reached the last record that existed when it started.
+CAUGHT_UP_IDLE_S = 1.0
+#: ... and waits up to this long for records known to exist (slow bookies).
+CATCH_UP_TIMEOUT_S = 30.0
+#: Records per read (and per stdout write).
+TAIL_BATCH = 1000
+
+
+_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r"})
+
+
+def format_record(record: LogRecordWithDLSN) -> str:
+    """``<base64 DLSN>\\t<payload>``: the payload decoded as UTF-8 (bad
+    bytes become U+FFFD) with backslash, newline and carriage return
+    escaped as ``\\\\``, ``\\n`` and ``\\r``, so every record is one line."""
+    text = record.payload.decode("utf-8", "replace").translate(_ESCAPES)
+    return f"{record.dlsn.serialize()}\t{text}\n"
+
+
+def tail(
+    stream: str = StreamArgument,
+    from_: str = typer.Option(
+        "earliest",
+        "--from",
+        help="Where to start: earliest (the first record not truncated), latest (only "
+        "records written from now on), or a DLSN (base64 as printed by tail/write, "
+        "S/E/N, or DLSN{...}).",
+    ),
+    lines: int | None = typer.Option(
+        None, "-n", "--lines", min=1, help="Stop after N records.", show_default=False
+    ),
+    follow: bool = typer.Option(
+        False, "--follow", "-f", help="Keep waiting for new records until Ctrl-C."
+    ),
+    uri: str | None = UriOption,
+    conf: Path | None = ConfOption,
+    set_: list[str] | None = SetOption,
+) -> None:
+    """Print records as DLSN<TAB>payload lines.
+
+    The DLSN is in base64, which --from accepts; the payload is UTF-8 with
+    backslash, newline and carriage return escaped. Without --follow it stops
+    once caught up (no record for about a second after reaching the last
+    record that existed when it started) or after -n records.
+    """
+    from dlog.errors import EndOfStreamError, LogEmptyError
+
+    choice = from_.strip().lower()
+    start = None if choice in ("earliest", "latest") else dlsn_option(from_, "--from")
+
+    async def body(ns: Namespace) -> int:
+        lm = await ns.open_log(stream)
+        position = start
+        if choice == "latest":
+            with contextlib.suppress(LogEmptyError):
+                position = (await lm.get_last_dlsn()).next()
+        target = None  # without --follow: the last record when we started
+        if not follow:
+            with contextlib.suppress(LogEmptyError):
+                target = await lm.get_last_dlsn()
+            if target is not None and position is not None and position > target:
+                target = None
+        reader = await lm.open_reader(from_dlsn=position)
+        main = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        stopping = False
+
+        def on_signal() -> None:
+            nonlocal stopping
+            stopping = True
+            if main is not None:
+                main.cancel()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, on_signal)
+        out = sys.stdout.buffer
+        printed = 0
+        try:
+            while lines is None or printed < lines:
+                want = TAIL_BATCH if lines is None else min(TAIL_BATCH, lines - printed)
+                if follow:
+                    timeout: float | None = None
+                else:
+                    timeout = CATCH_UP_TIMEOUT_S if target is not None else CAUGHT_UP_IDLE_S
+                records = await reader.read_bulk(want, timeout)
+                if not records:
+                    if target is not None:
+                        err_console.print(
+                            f"[yellow]no record for {CATCH_UP_TIMEOUT_S:.0f} s before reaching "
+                            f"{short(target)}; stopping[/]"
+                        )
+                    break
+                out.write("".join(format_record(r) for r in records).encode("utf-8"))
+                out.flush()
+                printed += len(records)
+                if target is not None and records[-1].dlsn >= target:
+                    target = None
+        except EndOfStreamError:
+            pass
+        except asyncio.CancelledError:
+            if not stopping or main is None:
+                raise
+            main.uncancel()
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            await reader.close()
+        return printed
+
+    run_namespace(uri, conf, set_, body)

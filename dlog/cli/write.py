@@ -1,0 +1,172 @@
+"""``dlog write``: each line of stdin becomes a record.
+
+seq 3 | dlog write events            # last line of stdout: the last DLSN
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from dlog.cli.common import (
+    ConfOption,
+    SetOption,
+    StreamArgument,
+    UriOption,
+    err_console,
+    fail,
+    run_namespace,
+    short,
+)
+
+if TYPE_CHECKING:
+    from dlog.dlsn import DLSN
+    from dlog.namespace import Namespace
+
+#: Records in flight before waiting for the oldest to be durable.
+WRITE_WINDOW = 20_000
+#: stdin chunks read ahead of the writer.
+STDIN_CHUNKS_AHEAD = 64
+
+
+class _StdinChunks:
+    """stdin read by a daemon thread (so Ctrl-C never waits on a blocked
+    read), a bounded number of chunks ahead of the consumer."""
+
+    def __init__(self, stream: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._queue: asyncio.Queue[bytes | BaseException] = asyncio.Queue()
+        self._room = threading.Semaphore(STDIN_CHUNKS_AHEAD)
+        self._loop = loop
+        read = getattr(stream, "read1", None) or stream.read
+        threading.Thread(target=self._run, args=(read,), daemon=True, name="stdin").start()
+
+    def _run(self, read: Callable[[int], bytes]) -> None:
+        while True:
+            self._room.acquire()
+            item: bytes | BaseException
+            try:
+                item = read(1 << 16)
+            except BaseException as e:  # handed to the event loop
+                item = e
+            try:
+                self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+            except RuntimeError:
+                return  # the loop is closed
+            if not isinstance(item, bytes) or not item:
+                return
+
+    async def next(self) -> bytes:
+        """The next chunk; b"" at end of input."""
+        item = await self._queue.get()
+        self._room.release()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+
+def write(
+    stream: str = StreamArgument,
+    txid_start: int | None = typer.Option(
+        None,
+        "--txid-start",
+        help="Transaction id of the first record; each next line gets the next id. "
+        "Default: the stream's last txid + 1, or the current time in milliseconds "
+        "for a stream never written to.",
+        show_default=False,
+    ),
+    progress: bool = typer.Option(
+        False, "--progress", help="Count records on stderr (only when stdin is not a terminal)."
+    ),
+    uri: str | None = UriOption,
+    conf: Path | None = ConfOption,
+    set_: list[str] | None = SetOption,
+) -> None:
+    """Write each line of stdin as a record; print the last DLSN.
+
+    Each line becomes one record without its line ending (empty lines are
+    empty records). At the end of stdin it prints the record count, then the
+    last DLSN in base64 alone on the last line of stdout. Creates the stream
+    if it does not exist (createStreamIfNotExists).
+    """
+    from dlog.record import LogRecord
+
+    if sys.stdin is None:
+        raise fail("no stdin to read records from", 2)
+    show_progress = progress and not sys.stdin.isatty()
+
+    async def body(ns: Namespace) -> tuple[int, int, DLSN | None]:
+        lm = await ns.open_log(stream)
+        writer = await lm.open_writer()
+        try:
+            if txid_start is not None:
+                txid = txid_start
+            elif await lm.store.get_segments(stream):
+                txid = writer.last_txid + 1
+            else:
+                txid = int(time.time() * 1000)
+            first_txid = txid
+            window: collections.deque[asyncio.Future[DLSN]] = collections.deque()
+            count = 0
+            last: DLSN | None = None
+            chunks = _StdinChunks(sys.stdin.buffer, asyncio.get_running_loop())
+            bar = _progress() if show_progress else None
+            task = bar.add_task("write", total=None) if bar else None
+            with bar or contextlib.nullcontext():
+                rest = b""
+                while True:
+                    chunk = await chunks.next()
+                    if chunk:
+                        lines = (rest + chunk).split(b"\n")
+                        rest = lines.pop()
+                    else:
+                        lines, rest = ([rest] if rest else []), b""
+                    for line in lines:
+                        if line.endswith(b"\r"):
+                            line = line[:-1]
+                        window.append(writer.write_nowait(LogRecord(txid, line)))
+                        txid += 1
+                        count += 1
+                    while len(window) > WRITE_WINDOW:
+                        last = await window.popleft()
+                    if bar is not None and task is not None:
+                        bar.update(task, completed=count)
+                    if not chunk:
+                        break
+                await writer.flush()
+                for fut in window:
+                    last = await fut
+        finally:
+            await writer.close()
+        return count, first_txid, last
+
+    count, first_txid, last = run_namespace(uri, conf, set_, body, create_streams=True)
+    if count == 0:
+        err_console.print("[yellow]stdin was empty: nothing written[/]")
+        return
+    assert last is not None
+    print(
+        f"wrote {count} record(s) to {stream} (txids {first_txid}..{first_txid + count - 1}), "
+        f"last DLSN {short(last)}"
+    )
+    print(last.serialize())
+
+
+def _progress():  # type: ignore[no-untyped-def]
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.completed:,} records"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    )
