@@ -91,3 +91,38 @@ def test_core_dependencies_are_the_client_library() -> None:
     assert {"pyspark", "pyarrow"} <= names(extras["spark"])
     for extra in ("bookie", "cli", "spark", "server"):
         assert any(extra in r for r in extras["all"] if r.startswith("dlog[")), extra
+
+
+def test_metadata_builds_without_deprecation_warnings(tmp_path: Path) -> None:
+    """The license is an SPDX expression (PEP 639), not the deprecated
+    ``{ text = ... }`` table setuptools warns about on every install."""
+    for name in ("pyproject.toml", "README.md"):
+        (tmp_path / name).write_text((ROOT / name).read_text())
+    for package in ("dlog", "subscriptions"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "out").mkdir()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "always",
+            "-c",
+            "from setuptools import build_meta\n"
+            "print(build_meta.prepare_metadata_for_build_wheel('out'))",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    output = done.stdout + done.stderr
+    assert "deprecated" not in output.lower(), output
+    assert "Warning" not in output, output
+    dist_info = done.stdout.strip().splitlines()[-1]
+    metadata = (tmp_path / "out" / dist_info / "METADATA").read_text()
+    assert "License-Expression: Apache-2.0" in metadata.splitlines()
+    # The SPDX form needs setuptools 77; an older one would fail the build.
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    assert "setuptools>=77" in requires
