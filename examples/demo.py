@@ -1,11 +1,17 @@
-"""What ``make demo`` runs: a sandbox, then dlog end to end.
+"""What ``make demo`` runs: a sandbox, then dlog end to end, in five steps.
 
-1. Start a sandbox: ZooKeeper and 3 bookies on loopback, in ``.sandbox/``.
+1. Start a sandbox: ZooKeeper and 3 bookies on loopback, in ``.sandbox/``
+   (a sandbox left there by an earlier run is stopped and deleted first).
 2. ``examples/quickstart.py``: write 100,000 records, tail them back, verify.
-3. A consumer with the log-segment subscriptions store reads part of the
-   stream, commits, and is killed with SIGKILL; a new consumer resumes right
-   after the last commit.
-4. Stop the sandbox (also on failure or Ctrl-C).
+3. ``examples/at_least_once_consumer.py``, a consumer with the log-segment
+   subscriptions store, reads part of the stream, commits, and is killed
+   with SIGKILL; a new consumer resumes right after the last commit and
+   catches up.
+4. ``examples/demo_spark_pipeline.py``: a Spark structured-streaming query
+   (``local[2]``) reads a stream of JSON events and writes counts and sums
+   per key per minute as Parquet; the rows are checked against the events.
+   Skipped if that file is absent.
+5. Stop the sandbox (also on failure or Ctrl-C).
 
     python examples/demo.py [--dir .sandbox] [--records 100000]
 """
