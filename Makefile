@@ -29,7 +29,25 @@ $(STAMP): pyproject.toml | system-deps
 	$(PIP) install -e '.[$(EXTRAS)]'
 	@touch $(STAMP)
 
-install: system-deps $(STAMP)
+# setuptools' editable install finds dlog with an import hook that Python
+# asks only after every sys.path entry, so a folder named dlog/ in the
+# current directory (even an empty one, taken as a namespace package) would
+# win: "module 'dlog' has no attribute 'Namespace'". A directory of links to
+# our packages, on sys.path through a .pth file, makes them regular packages
+# found before any namespace folder, as a non-editable install is, and new
+# modules still show up. (setuptools' compat mode would put the whole
+# checkout on sys.path instead: tests, bench, examples and proto, a PyPI
+# package's name, would become importable.)
+PACKAGES := dlog subscriptions
+LINKS := $(VENV)/dlog-packages
+
+$(LINKS)/.linked: $(STAMP)
+	@mkdir -p $(LINKS)
+	@for p in $(PACKAGES); do ln -sfn $(CURDIR)/$$p $(LINKS)/$$p; done
+	@echo $(abspath $(LINKS)) > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/dlog-packages.pth"
+	@touch $@
+
+install: system-deps $(STAMP) $(LINKS)/.linked
 
 demo: install
 	$(PY) examples/demo.py

@@ -4,6 +4,7 @@ without them; both packages ship ``py.typed``."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tomllib
@@ -12,7 +13,7 @@ from pathlib import Path
 import dlog
 import subscriptions
 
-ROOT = Path(dlog.__file__).parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 #: Installed only with an extra (bookie, cli, spark, server).
 EXTRA_ONLY = ("rocksdict", "typer", "rich", "pyspark", "pyarrow", "grpc", "thriftpy2")
 
@@ -126,3 +127,54 @@ def test_metadata_builds_without_deprecation_warnings(tmp_path: Path) -> None:
     # The SPDX form needs setuptools 77; an older one would fail the build.
     requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
     assert "setuptools>=77" in requires
+
+
+def test_a_dlog_folder_in_the_working_directory_does_not_shadow_the_package(
+    tmp_path: Path,
+) -> None:
+    """``cd`` somewhere with a ``dlog/`` folder (no ``__init__.py``, so a
+    namespace package): the installed dlog is still the one imported, from
+    ``python -c`` and ``python -m dlog``. An editable install needs
+    ``make install`` for this (see the Makefile's dlog-packages links)."""
+    for folder in ("dlog", "subscriptions"):
+        (tmp_path / folder).mkdir()
+    hint = "(a venv made by `make install`? see the Makefile's dlog-packages)"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import dlog, subscriptions.consumer\n"
+            "print(dlog.Namespace.__module__, subscriptions.consumer.Consumer.__name__)",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"{hint}\n{done.stderr}"
+    assert done.stdout.split() == ["dlog.namespace", "Consumer"]
+    done = subprocess.run(
+        [sys.executable, "-m", "dlog", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert done.returncode == 0, f"{hint}\n{done.stderr}"
+    assert "Usage: python -m dlog" in done.stdout
+
+
+def test_only_our_two_packages_are_importable(tmp_path: Path) -> None:
+    """The checkout's other folders are no packages of an install: ``proto``
+    is a PyPI package's name, ``tests`` many distributions' folder."""
+    for name in ("proto", "tests", "bench", "examples", "conf"):
+        done = subprocess.run(
+            [sys.executable, "-c", f"import {name}; print({name}.__path__)"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=60,
+        )
+        if done.returncode == 0:
+            assert str(ROOT / name) not in done.stdout, f"{name} is importable: {done.stdout}"
