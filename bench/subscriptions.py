@@ -368,7 +368,7 @@ async def measure(
 
 async def run(uri: str, conf: DLogConfig, zk: ZooKeeperServer, args: argparse.Namespace) -> Any:
     results: dict[str, Any] = {}
-    async with await Namespace.open(uri, conf) as ns:
+    async with await Namespace.open(uri, conf, bind=True) as ns:
         tune_runtime()  # the load generator must not be the one pausing for GC
         if len(await ns.bk.watcher.wait_for(args.bookies, 30)) < args.bookies:
             raise RuntimeError(f"only {len(ns.bk.writable_bookies())} bookies registered")

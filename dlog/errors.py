@@ -300,6 +300,20 @@ class LogExistsError(LogError):
     default_message = "log already exists"
 
 
+class NamespaceNotFoundError(LogNotFoundError):
+    """The namespace was never bound to bookies (DistributedLog's builder
+    refuses it: "No bkdl config bound under dl uri"). Creating one is an
+    explicit step, so a mistyped URI cannot create a namespace."""
+
+    default_message = "namespace not found"
+
+
+class NamespaceExistsError(LogExistsError):
+    """The namespace is already bound, to other bookies than asked for."""
+
+    default_message = "namespace already exists"
+
+
 class LogEmptyError(LogError):
     code = 509
     default_message = "log is empty"

@@ -74,6 +74,7 @@ __all__ = [
     "LogPaths",
     "NamespaceBinding",
     "bind_namespace",
+    "bound_ancestor",
     "decode_long",
     "encode_long",
     "read_namespace_binding",
@@ -635,6 +636,7 @@ class LogMetadataStore:
 
 _DL_METADATA_FORMAT_VERSION = "1"
 _DL_TYPE = "BKDL"
+_DL_METADATA_PREFIX = f"{_DL_METADATA_FORMAT_VERSION}\n{_DL_TYPE}\n".encode()
 
 # BKDLConfigFormat (DistributedLog's metadata.thrift): id -> (field, thrift JSON type).
 _BKDL_FIELDS: dict[int, tuple[str, str]] = {
@@ -785,6 +787,21 @@ async def read_namespace_binding(zk: ZooKeeper, ns_path: str) -> NamespaceBindin
     except NoNodeError:
         return None
     return NamespaceBinding.parse(data, ns_path) if data else None
+
+
+async def bound_ancestor(zk: ZooKeeper, ns_path: str) -> str | None:
+    """The path of a bound namespace above ``ns_path``, if any. A namespace
+    created inside another would show up in it as a stream."""
+    parts = _clean_namespace_path(ns_path).split("/")[1:]
+    for depth in range(1, len(parts)):
+        path = "/" + "/".join(parts[:depth])
+        try:
+            data, _stat = await zk.get(path)
+        except NoNodeError:
+            return None  # nothing deeper exists either
+        if data.startswith(_DL_METADATA_PREFIX):
+            return path
+    return None
 
 
 async def bind_namespace(

@@ -1,8 +1,14 @@
 """A namespace: a ZooKeeper path holding streams, bound to one set of bookies.
 
-ns = await Namespace.open("distributedlog://127.0.0.1:2181/messaging")
-log = await ns.open_log("events")
-writer = await log.open_writer()
+As in DistributedLog, a namespace exists once it is bound (its znode names
+the bookies' metadata service) and opening one that is not is an error, so
+a mistyped URI never creates a namespace. Binding is an explicit step:
+``dlog namespace create URI``, or :meth:`Namespace.create`::
+
+    ns = await Namespace.create("distributedlog://127.0.0.1:2181/messaging")  # once
+    ns = await Namespace.open("distributedlog://127.0.0.1:2181/messaging")
+    log = await ns.open_log("events")
+    writer = await log.open_writer()
 """
 
 from __future__ import annotations
@@ -11,13 +17,20 @@ import logging
 
 from dlog.conf.bookkeeper import ClientConfig
 from dlog.conf.dlog import DLogConfig
-from dlog.errors import LogExistsError, LogNotFoundError, NoSuchLedgerError
+from dlog.errors import (
+    LogExistsError,
+    LogNotFoundError,
+    NamespaceExistsError,
+    NamespaceNotFoundError,
+    NoSuchLedgerError,
+)
 from dlog.ledger.client import BookKeeper
 from dlog.log import LogManager
 from dlog.log_metadata import (
     LogMetadataStore,
     NamespaceBinding,
     bind_namespace,
+    bound_ancestor,
     read_namespace_binding,
     validate_stream_name,
 )
@@ -25,6 +38,51 @@ from dlog.uri import parse_metadata_service_uri, parse_namespace_uri
 from dlog.zk import ZooKeeper
 
 logger = logging.getLogger(__name__)
+
+
+def default_ledgers_uri(uri: str, conf: DLogConfig) -> str:
+    """The bookies a new namespace is bound to: ``bkc.metadataServiceUri``
+    if it was set, else ``/ledgers`` on the namespace's own ZooKeeper (the
+    client default, a ZooKeeper on localhost, is rarely the one meant)."""
+    configured = conf.bkc.metadata_service_uri
+    if configured != ClientConfig().metadata_service_uri:
+        return str(parse_metadata_service_uri(configured))
+    return f"zk+hierarchical://{parse_namespace_uri(uri).hosts.replace(',', ';')}/ledgers"
+
+
+async def create_binding(
+    zk: ZooKeeper, uri: str, ledgers_uri: str
+) -> tuple[NamespaceBinding, bool]:
+    """Bind the namespace ``uri`` to the bookies under ``ledgers_uri``:
+    ``(binding, True)`` if this call bound it, ``(binding, False)`` if it
+    was already bound to them. :class:`NamespaceExistsError` if it is bound
+    to other bookies (rebinding would strand its streams' ledgers) or lies
+    inside another namespace."""
+    parsed = parse_namespace_uri(uri)
+    wanted = str(parse_metadata_service_uri(ledgers_uri))
+    before = await read_namespace_binding(zk, parsed.path)
+    if before is None:
+        outer = await bound_ancestor(zk, parsed.path)
+        if outer is not None:
+            raise NamespaceExistsError(
+                f"cannot create namespace {uri}: it is inside namespace "
+                f"distributedlog://{parsed.hosts}{outer}, where it would show up as a stream"
+            )
+    binding = before or await bind_namespace(zk, parsed.path, wanted)
+    if binding.metadata_service_uri != wanted:
+        raise NamespaceExistsError(
+            f"namespace {uri} already exists, bound to {binding.metadata_service_uri} "
+            f"(not {wanted})"
+        )
+    return binding, before is None
+
+
+def namespace_not_found(uri: str) -> NamespaceNotFoundError:
+    """The error for an unbound namespace, naming the step that creates it."""
+    return NamespaceNotFoundError(
+        f"namespace {uri} does not exist (it is not bound to bookies): "
+        f"create it with `dlog namespace create {uri}`"
+    )
 
 
 class Namespace:
@@ -42,33 +100,54 @@ class Namespace:
 
     @classmethod
     async def open(
-        cls, uri: str, config: DLogConfig | None = None, *, bind: bool = True
+        cls, uri: str, config: DLogConfig | None = None, *, bind: bool = False
     ) -> Namespace:
-        """Connect to a namespace, binding it to its bookies on first use.
-        With ``bind=False`` (read-only tools) an unbound namespace is an
-        error instead: a typo must not create a namespace."""
+        """Connect to an existing namespace; :class:`NamespaceNotFoundError`
+        if it was never bound to bookies (create it first). ``bind=True``
+        binds an unbound one (as :meth:`create` would) and otherwise keeps
+        its binding: for tools and tests that set up their own cluster."""
         ns = cls(uri, config or DLogConfig())
         await ns.zk.start(timeout=ns.conf.zk_session_timeout_seconds)
         try:
             if bind:
-                default = ns.conf.bkc.metadata_service_uri
-                if default == ClientConfig().metadata_service_uri:
-                    default = f"zk+hierarchical://{ns.hosts}/ledgers"
-                ns.binding = await bind_namespace(ns.zk, ns.path, default)
+                ledgers_uri = default_ledgers_uri(uri, ns.conf)
+                ns.binding = await bind_namespace(ns.zk, ns.path, ledgers_uri)
             else:
                 ns.binding = await read_namespace_binding(ns.zk, ns.path)
                 if ns.binding is None:
-                    raise LogNotFoundError(
-                        f"namespace {uri} does not exist (it has never been bound to bookies)"
-                    )
-            ledgers_uri = ns.binding.metadata_service_uri
-            same_zk = parse_metadata_service_uri(ledgers_uri).hosts == ns.hosts
-            bkc = ns.conf.bkc.with_overrides({"metadataServiceUri": ledgers_uri})
-            ns.bk = await BookKeeper(conf=bkc, zk=ns.zk if same_zk else None).start()
+                    raise namespace_not_found(uri)
+            await ns._start_bookkeeper(ns.binding)
         except BaseException:
             await ns.zk.stop()
             raise
         return ns
+
+    @classmethod
+    async def create(
+        cls, uri: str, config: DLogConfig | None = None, *, ledgers_uri: str | None = None
+    ) -> Namespace:
+        """Create the namespace (bind it to the bookies under ``ledgers_uri``,
+        default :func:`default_ledgers_uri`) and open it. Creating one that
+        is already bound to those bookies just opens it;
+        :class:`NamespaceExistsError` if it is bound to others."""
+        ns = cls(uri, config or DLogConfig())
+        await ns.zk.start(timeout=ns.conf.zk_session_timeout_seconds)
+        try:
+            wanted = ledgers_uri or default_ledgers_uri(uri, ns.conf)
+            ns.binding, _ = await create_binding(ns.zk, uri, wanted)
+            await ns._start_bookkeeper(ns.binding)
+        except BaseException:
+            await ns.zk.stop()
+            raise
+        return ns
+
+    async def _start_bookkeeper(self, binding: NamespaceBinding) -> None:
+        """The ledger client for the bound bookies (sharing the session when
+        they register in the namespace's own ZooKeeper)."""
+        ledgers_uri = binding.metadata_service_uri
+        same_zk = parse_metadata_service_uri(ledgers_uri).hosts == self.hosts
+        bkc = self.conf.bkc.with_overrides({"metadataServiceUri": ledgers_uri})
+        self.bk = await BookKeeper(conf=bkc, zk=self.zk if same_zk else None).start()
 
     async def close(self) -> None:
         for lm in list(self._logs.values()):

@@ -20,6 +20,9 @@ The same names as the asyncio API, minus the ``await``::
                 consumer.commit(record)         # durable on return
         log.subscriptions.describe("billing")   # the store: acquire, reset_position ...
 
+``Namespace.open`` opens an existing namespace; ``Namespace.create(uri)``
+(or ``dlog namespace create URI``) creates one, as in DistributedLog.
+
 Every object runs its async twin on one event loop in a background thread
 (:func:`dlog.loop_thread.default_loop_thread`, or the ``loop_thread`` given
 to :meth:`SyncNamespace.open`); the async object is there as ``.namespace``,
@@ -614,9 +617,16 @@ class SyncLogManager(ClosingTwin[LogManager], wraps="log"):
 # ---------------------------------------------------------------------------
 
 
+def _config(config: DLogConfig | Mapping[str, Any] | None) -> DLogConfig | None:
+    """A DLogConfig, or a mapping of settings applied to the defaults."""
+    if config is None or isinstance(config, DLogConfig):
+        return config
+    return DLogConfig.load(overrides=config)
+
+
 class SyncNamespace(ClosingTwin[AsyncNamespace], wraps="namespace"):
     """A namespace (see :class:`dlog.namespace.Namespace`). Get one with
-    ``SyncNamespace.open(uri, config)``."""
+    ``SyncNamespace.open(uri, config)`` (``SyncNamespace.create`` the first time)."""
 
     namespace: AsyncNamespace
 
@@ -633,15 +643,29 @@ class SyncNamespace(ClosingTwin[AsyncNamespace], wraps="namespace"):
         config: DLogConfig | Mapping[str, Any] | None = None,
         *,
         loop_thread: LoopThread | None = None,
-        bind: bool = True,
+        bind: bool = False,
     ) -> SyncNamespace:
-        """Connect to a namespace. ``config`` is a DLogConfig or a mapping of
-        settings (``{"ensemble-size": 3, ...}``) applied to the defaults;
-        ``bind=False`` refuses a namespace that was never bound to bookies."""
-        if config is not None and not isinstance(config, DLogConfig):
-            config = DLogConfig.load(overrides=config)
+        """Connect to an existing namespace (NamespaceNotFoundError if it was
+        never created). ``config`` is a DLogConfig or a mapping of settings
+        (``{"ensemble-size": 3, ...}``) applied to the defaults; ``bind=True``
+        binds an unbound namespace first (see Namespace.open)."""
         runner = loop_thread or default_loop_thread()
-        return cls(runner.run(AsyncNamespace.open(uri, config, bind=bind)), runner)
+        return cls(runner.run(AsyncNamespace.open(uri, _config(config), bind=bind)), runner)
+
+    @classmethod
+    def create(
+        cls,
+        uri: str,
+        config: DLogConfig | Mapping[str, Any] | None = None,
+        *,
+        ledgers_uri: str | None = None,
+        loop_thread: LoopThread | None = None,
+    ) -> SyncNamespace:
+        """Create the namespace (bind it to its bookies) and open it; see
+        Namespace.create."""
+        runner = loop_thread or default_loop_thread()
+        coro = AsyncNamespace.create(uri, _config(config), ledgers_uri=ledgers_uri)
+        return cls(runner.run(coro), runner)
 
     @property
     def uri(self) -> str:

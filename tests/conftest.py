@@ -127,7 +127,9 @@ async def open_namespace(make_bookie, zk_server, zk_root, ledgers_uri):  # type:
         conf = DLogConfig.load(
             overrides={**TEST_NAMESPACE_SETTINGS, "bkc.metadataServiceUri": ledgers_uri, **settings}
         )
-        ns = await Namespace.open(f"distributedlog://{zk_server.connect_string}{zk_root}/ns", conf)
+        ns = await Namespace.open(
+            f"distributedlog://{zk_server.connect_string}{zk_root}/ns", conf, bind=True
+        )
         opened.append(ns)
         return ns
 

@@ -23,7 +23,7 @@ async def main(uri: str, ledgers_uri: str, stream: str) -> None:
             "writerOutputBufferSize": 4096,
         }
     )
-    ns = await Namespace.open(uri, conf)
+    ns = await Namespace.open(uri, conf, bind=True)
     writer = await (await ns.open_log(stream)).open_writer()
     print("READY", flush=True)
     sem = asyncio.Semaphore(500)

@@ -44,7 +44,7 @@ async def main(uri: str, ledgers_uri: str, stream: str) -> None:
             "bkc.addEntryTimeoutSec": 1,
         }
     )
-    ns = await Namespace.open(uri, conf)
+    ns = await Namespace.open(uri, conf, bind=True)
     writer = await (await ns.open_log(stream)).open_writer()
     await writer.write(LogRecord(1, b"before the stall"))
     print("READY", flush=True)

@@ -96,7 +96,7 @@ async def _consume(out: int, params: dict[str, Any]) -> None:
             "subscriptionSegmentMaxEntries": params["max_entries"],
         }
     )
-    ns = await Namespace.open(params["uri"], conf)
+    ns = await Namespace.open(params["uri"], conf, bind=True)
     store = (await ns.open_log(STREAM)).subscriptions
     znode, _ = await store.read_znode(SUBSCRIBER)
     if isinstance(znode, SegmentSubscription):

@@ -68,7 +68,7 @@ def test_kill_9_the_writer_process(
                 "lockTimeoutSeconds": 30,  # the dead writer's session must expire first
             }
         )
-        async with await Namespace.open(uri, conf) as ns:
+        async with await Namespace.open(uri, conf, bind=True) as ns:
             log = await ns.open_log("events")
             writer = await log.open_writer()
             start = writer.last_txid + 1
@@ -136,7 +136,7 @@ def test_a_writer_stalled_past_its_session_reports_the_real_cause(
                     "lockTimeoutSeconds": 30,  # the stalled writer's session must expire first
                 }
             )
-            async with await Namespace.open(uri, conf) as ns:
+            async with await Namespace.open(uri, conf, bind=True) as ns:
                 log = await ns.open_log("events")
                 if taken_over:
                     # Takes the lock once the session expired, fences and

@@ -187,7 +187,7 @@ class Inspector:
                 "logSegmentBasedSubscriptionsStoreEnabled": True,
             }
         )
-        self.ns = self.runner.run(Namespace.open(uri, conf))
+        self.ns = self.runner.run(Namespace.open(uri, conf, bind=True))
         self.store = self.runner.run(self.ns.open_log(STREAM)).subscriptions
 
     def segment(self) -> int:

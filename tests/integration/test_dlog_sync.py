@@ -52,7 +52,7 @@ def open_ns(  # type: ignore[no-untyped-def]
         conf = DLogConfig.load(
             overrides={**SETTINGS, "bkc.metadataServiceUri": ledgers_uri, **overrides}
         )
-        ns = Namespace.open(uri, conf)
+        ns = Namespace.open(uri, conf, bind=True)
         opened.append(ns)
         return ns
 

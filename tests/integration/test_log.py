@@ -157,7 +157,9 @@ async def test_a_writer_that_lost_its_lock_says_so_whatever_failed_first(
     conf = DLogConfig.load(
         overrides={**TEST_NAMESPACE_SETTINGS, "bkc.metadataServiceUri": ledgers_uri}
     )
-    ns = await Namespace.open(f"distributedlog://{zk_server.connect_string}{zk_root}/ns", conf)
+    ns = await Namespace.open(
+        f"distributedlog://{zk_server.connect_string}{zk_root}/ns", conf, bind=True
+    )
     try:
         writer = await (await ns.open_log("lesser")).open_writer()
         await writer.write(LogRecord(1, b"fine"))

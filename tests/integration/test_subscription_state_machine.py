@@ -187,7 +187,7 @@ class SubscriptionMachine(RuleBasedStateMachine):
                 "createStreamIfNotExists": True,
             }
         )
-        return self.run(Namespace.open(self.cluster.uri, conf))
+        return self.run(Namespace.open(self.cluster.uri, conf, bind=True))
 
     async def _store(self, ns: Namespace) -> LogSegmentSubscriptionsStore:
         store = (await ns.open_log(self.stream)).subscriptions
