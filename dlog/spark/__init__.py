@@ -18,6 +18,18 @@
               .option("subscription", "etl")
               .load())
 
+Check the options on the driver first (before any query starts) to get a
+problem as one line rather than as Spark's error around it::
+
+    try:
+        dlog.spark.check_options({"uri": uri, "stream": "events"}, streaming=True)
+    except dlog.spark.DlogSourceError as e:
+        sys.exit(f"error: {e}")   # e.g. dlog source option 'stream': stream
+                                  # 'events' does not exist in namespace ...
+
+A dlog error raised once the query runs reaches you inside Spark's error
+(Python and JVM tracebacks): ``dlog.spark.source_error(exc)`` is its line.
+
 Schema: ``stream string, dlsn string, segment long, entry long, slot long,
 txid long, payload binary`` (``dlsn`` in the base64 form tools print).
 Options: :mod:`dlog.spark.options`; offsets and commits:
@@ -30,12 +42,29 @@ an interpreter that can import dlog.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from dlog.spark.options import (
+    DlogSourceError,
+    DlogSourceOptionError,
+    DlogSourceStreamNotFoundError,
+    SourceOptions,
+    source_error,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["FORMAT", "register"]
+__all__ = [
+    "FORMAT",
+    "DlogSourceError",
+    "DlogSourceOptionError",
+    "DlogSourceStreamNotFoundError",
+    "check_options",
+    "register",
+    "source_error",
+]
 
 #: The format name: ``spark.read.format(dlog.spark.FORMAT)``.
 FORMAT = "dlog"
@@ -46,3 +75,12 @@ def register(spark: SparkSession) -> None:
     from dlog.spark.source import DlogDataSource
 
     spark.dataSource.register(DlogDataSource)
+
+
+def check_options(options: Mapping[str, Any], *, streaming: bool = False) -> SourceOptions:
+    """Check the source's ``options`` on the driver before a query starts
+    (connects to the namespace); DlogSourceError with a one-line message.
+    See :func:`dlog.spark.source.check_options`."""
+    from dlog.spark.source import check_options as check
+
+    return check(options, streaming=streaming)

@@ -43,12 +43,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from dlog.conf.dlog import KEY_ALIASES, DLogConfig
 from dlog.dlsn import DLSN, NonInclusiveLowerBound, parse_dlsn
-from dlog.errors import ConfigError, InvalidDLSNError, InvalidStreamNameError
+from dlog.errors import (
+    ConfigError,
+    DLogError,
+    InvalidDLSNError,
+    InvalidStreamNameError,
+    LogNotFoundError,
+)
 from dlog.log_metadata import validate_stream_name
 from dlog.uri import parse_namespace_uri
 
@@ -58,10 +65,12 @@ __all__ = [
     "LATEST",
     "DlogSourceError",
     "DlogSourceOptionError",
+    "DlogSourceStreamNotFoundError",
     "Position",
     "SourceOptions",
     "before",
     "parse_options",
+    "source_error",
 ]
 
 DEFAULT_ENTRIES_PER_PARTITION = 256
@@ -80,10 +89,18 @@ OPTIONS = (
 _CANONICAL = {name.lower(): name for name in OPTIONS}
 
 
-class DlogSourceError(Exception):
-    """The dlog Spark source cannot do what was asked (a clear message for
-    the user; Spark shows it in the error of ``load()``, ``collect()`` or
-    the streaming query)."""
+class DlogSourceError(DLogError):
+    """The dlog Spark source cannot do what was asked. The message is one
+    line: Spark buries it in a long text (``dlog.spark.source_error`` finds
+    it there), and ``dlog.spark.check_options`` shows it alone."""
+
+    code = 400  # DistributedLog BAD_REQUEST
+    default_message = "the dlog Spark source cannot do what was asked"
+
+    def __init__(self, message: str | None = None) -> None:
+        if message:  # the text of a wrapped error may span lines
+            message = " ".join(part.strip() for part in message.splitlines() if part.strip())
+        super().__init__(message)
 
 
 class DlogSourceOptionError(DlogSourceError, ValueError):
@@ -92,6 +109,44 @@ class DlogSourceOptionError(DlogSourceError, ValueError):
     def __init__(self, option: str, message: str) -> None:
         self.option = option
         super().__init__(f"dlog source option {option!r}: {message}")
+
+
+class DlogSourceStreamNotFoundError(DlogSourceOptionError, LogNotFoundError):
+    """A stream of the ``stream`` option does not exist (``streams``: every
+    one missing). Also a LogNotFoundError, as the library raises for it."""
+
+    code = LogNotFoundError.code
+
+    def __init__(self, streams: tuple[str, ...], uri: str) -> None:
+        self.streams = streams
+        if len(streams) == 1:
+            what = f"stream {streams[0]!r} does not exist"
+        else:
+            what = f"streams {', '.join(map(repr, streams))} do not exist"
+        super().__init__("stream", f"{what} in namespace {uri}")
+
+
+#: The last line of a Python traceback for an error of dlog's, as Spark
+#: copies it into its own error's text.
+_DLOG_ERROR_LINE = re.compile(r"^dlog(?:\.\w+)*\.(\w*Error): (.+)$", re.MULTILINE)
+
+
+def source_error(exc: BaseException) -> str | None:
+    """The one-line message of the dlog error behind ``exc``, None if there
+    is none. Spark runs a Python data source in worker processes and wraps
+    what it raises in an error of its own (AnalysisException,
+    StreamingQueryException, PythonException) whose text holds the whole
+    Python traceback and often the JVM's stack: this finds the dlog error's
+    line in that text (the last one: the error actually raised)."""
+    if isinstance(exc, DlogSourceError):
+        return str(exc)
+    if isinstance(exc, DLogError):
+        return f"{type(exc).__name__}: {exc}"
+    found = _DLOG_ERROR_LINE.findall(str(exc))
+    if not found:
+        return None
+    name, message = found[-1]
+    return message.strip() if name.startswith("DlogSource") else f"{name}: {message.strip()}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +187,13 @@ class SourceOptions:
     max_records_per_trigger: int | None
     entries_per_partition: int
     dlog_settings: tuple[tuple[str, str], ...]
+
+    def check_streaming(self) -> None:
+        """DlogSourceOptionError for what only a batch read takes."""
+        if self.ending_given:
+            raise DlogSourceOptionError(
+                "endingPosition", "is for batch reads (spark.read) only, not for readStream"
+            )
 
     def starting_for(self, stream: str) -> Position:
         return dict(self.starting)[stream]

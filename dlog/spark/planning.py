@@ -38,7 +38,12 @@ from dlog.errors import DLogError, LogEmptyError, LogNotFoundError
 from dlog.record import FLAG_CONTROL, FLAG_END_OF_STREAM, LogRecordWithDLSN
 from dlog.segment import LogSegmentMetadata
 from dlog.segment_reader import read_entry_records, readable_lac
-from dlog.spark.options import DlogSourceError, DlogSourceOptionError, SourceOptions
+from dlog.spark.options import (
+    DlogSourceError,
+    DlogSourceOptionError,
+    DlogSourceStreamNotFoundError,
+    SourceOptions,
+)
 
 if TYPE_CHECKING:
     from dlog.ledger.client import BookKeeper
@@ -442,14 +447,14 @@ class DriverSession:
 
     # -- streams --------------------------------------------------------------
     def check_streams(self) -> None:
-        """DlogSourceOptionError naming 'stream' for a stream that does not exist."""
-        for stream in self.options.streams:
-            self.log(stream)
+        """DlogSourceStreamNotFoundError naming every stream of the option
+        that does not exist (one error, not one per run)."""
+        missing = tuple(s for s in self.options.streams if not self.namespace.log_exists(s))
+        if missing:
+            raise DlogSourceStreamNotFoundError(missing, self.options.uri)
 
-    def _no_stream(self, stream: str) -> DlogSourceOptionError:
-        return DlogSourceOptionError(
-            "stream", f"stream {stream!r} does not exist in namespace {self.options.uri}"
-        )
+    def _no_stream(self, stream: str) -> DlogSourceStreamNotFoundError:
+        return DlogSourceStreamNotFoundError((stream,), self.options.uri)
 
     def log(self, stream: str) -> SyncLogManager:
         lm = self._logs.get(stream)

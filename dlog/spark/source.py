@@ -61,8 +61,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from dlog.dlsn import DLSN, parse_dlsn
-from dlog.errors import InvalidDLSNError
-from dlog.spark.options import DlogSourceError, DlogSourceOptionError, SourceOptions, parse_options
+from dlog.errors import DLogError, InvalidDLSNError
+from dlog.spark.options import DlogSourceError, SourceOptions, parse_options
 from dlog.spark.planning import DlogPartition, DriverSession
 from dlog.spark.reader import SCHEMA, read_partition
 
@@ -80,7 +80,34 @@ except ImportError:  # pragma: no cover - older pyspark: no admission control
         pass
 
 
-__all__ = ["DlogBatchReader", "DlogDataSource", "DlogStreamReader"]
+__all__ = ["DlogBatchReader", "DlogDataSource", "DlogStreamReader", "check_options"]
+
+
+def check_options(options: Mapping[str, Any], *, streaming: bool = False) -> SourceOptions:
+    """Check ``options`` on the driver, before any query, as the source will:
+    parse them, open the namespace (never binding it), check every stream
+    exists and find where a new query would start (the subscription's last
+    commit, ``startingPosition``). Returns the parsed options.
+
+    Spark runs the source's own checks in a Python worker and wraps their
+    error in a long one of its own (Python and JVM tracebacks); this raises
+    the DlogSourceError itself, whose message is one line. ``streaming``:
+    check them for ``readStream`` (no ``endingPosition``)."""
+    parsed = parse_options(options)
+    if streaming:
+        parsed.check_streaming()
+    with DriverSession(parsed) as session:
+        try:
+            session.check_streams()
+            session.start_bounds()
+        except DlogSourceError:
+            raise
+        except DLogError as e:
+            raise DlogSourceError(
+                f"cannot check stream(s) {', '.join(parsed.streams)} of namespace {parsed.uri}: "
+                f"{type(e).__name__}: {e}"
+            ) from e
+    return parsed
 
 
 class DlogDataSource(DataSource):
@@ -105,10 +132,7 @@ class DlogDataSource(DataSource):
         return DlogBatchReader(self.parsed)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        if self.parsed.ending_given:
-            raise DlogSourceOptionError(
-                "endingPosition", "is for batch reads (spark.read) only, not for readStream"
-            )
+        self.parsed.check_streaming()
         return DlogStreamReader(self.parsed)
 
 
