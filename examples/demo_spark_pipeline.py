@@ -2,7 +2,8 @@
 ``examples/demo_*.py`` with ``--uri``).
 
 1. Write 2,000 JSON events ``{"ts", "key", "value"}`` spread over the last
-   12 minutes to the stream ``events`` (deleted first if it exists).
+   12 minutes (the pipeline's own ``--generate`` sample) to the stream
+   ``events`` (deleted first if it exists), keeping them to check against.
 2. Run examples/spark_pipeline.py once (``--once``: a structured-streaming
    query with Trigger.AvailableNow on ``local[2]``): counts and sums per key
    per minute, with a 1-minute watermark, written as Parquet. It prints the
@@ -19,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import subprocess
 import sys
 import tempfile
-import time
 from collections import defaultdict
 from pathlib import Path
+
+from spark_pipeline import sample_events  # examples/ is on sys.path when run as a script
 
 from dlog.record import LogRecord
 from dlog.sync import Namespace
@@ -33,18 +34,6 @@ from dlog.sync import Namespace
 HERE = Path(__file__).resolve().parent
 STREAM = "events"
 SUBSCRIPTION = "spark-pipeline"
-KEYS = ("checkout", "login", "search", "view")
-
-
-def make_events(n: int, seed: int = 7) -> list[dict[str, object]]:
-    rng = random.Random(seed)
-    now = int(time.time() * 1000)
-    start = now - 12 * 60_000
-    out = []
-    for i in range(n):
-        ts = start + i * (12 * 60_000) // n + rng.randrange(-5_000, 5_000)  # a little disorder
-        out.append({"ts": ts, "key": rng.choice(KEYS), "value": round(rng.uniform(1, 100), 2)})
-    return out
 
 
 def expected_per_minute(
@@ -92,7 +81,7 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=2000)
     args = parser.parse_args()
 
-    events = make_events(args.events)
+    events = sample_events(args.events)
     with Namespace.open(args.uri) as ns:
         if ns.log_exists(STREAM):
             ns.delete_log(STREAM)

@@ -1,19 +1,30 @@
-"""A data pipeline on Spark: JSON events from a dlog stream, counts and sums
+r"""A data pipeline on Spark: JSON events from a dlog stream, counts and sums
 per key per minute, written as Parquet.
 
 Each record of the stream is a JSON event ``{"ts": <epoch ms>, "key": "...",
-"value": <number>}``. The pipeline reads the stream with the ``dlog`` Spark
-source (:mod:`dlog.spark`), parses the events, and aggregates them per key
-per event-time minute: ``count`` and ``sum(value)``.
+"value": <number>}`` (other records are skipped). The pipeline reads
+the stream with the ``dlog`` Spark source (:mod:`dlog.spark`), parses the
+events, and aggregates them per key per event-time minute: ``count`` and
+``sum(value)``.
+
+The stream (``--stream``, default ``events``) must exist and hold events.
+``--generate N`` writes N sample events first (spread over the last 12
+minutes, keys checkout/login/search/view; the stream is created if
+missing), or write your own, one JSON event a line, with ``dlog write``:
+
+    URI=$(.venv/bin/dlog sandbox start --dir /tmp/sb | tail -1)
+    .venv/bin/python examples/spark_pipeline.py --uri $URI --generate 2000 --once
+    printf '{"ts": %s000, "key": "login", "value": 1.5}\n' $(date +%s) \
+        | .venv/bin/dlog write events --uri $URI
 
 Streaming (the default) is a structured-streaming query with a 1-minute
 watermark: a minute's row is written to Parquet once the watermark passes
 its end (events more than a minute late are dropped), so every row written
-is final. Progress is in the query's checkpoint and in the subscription
-``--subscription`` of the stream, so operators see how far the pipeline is
-with ``dlog subscriptions list`` and retention can respect it:
+is final (the last minute or so of events stays open). Progress is in the
+query's checkpoint and in the subscription ``--subscription`` of the
+stream, so operators see how far the pipeline is with ``dlog subscriptions
+list`` and retention can respect it:
 
-    URI=$(.venv/bin/dlog sandbox start --dir /tmp/sb | tail -1)
     .venv/bin/python examples/spark_pipeline.py --uri $URI --once      # all there is, then exit
     .venv/bin/python examples/spark_pipeline.py --uri $URI --follow    # keep running (Ctrl-C)
 
@@ -29,18 +40,28 @@ Batch mode reprocesses a DLSN range (both ends included, any DLSN form,
 Both print the aggregated table (the top ``--show`` rows) at the end. Spark
 runs on ``local[*]`` unless ``--master`` names a cluster (its executors need
 dlog and pyarrow installed, and ``PYSPARK_PYTHON`` pointing at that Python).
+
+The source's options are checked before Spark starts
+(``dlog.spark.check_options``): a missing namespace or stream, a bad DLSN
+in ``--from``/``--to`` and the like print one line and exit with status 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import os
+import random
 import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 EVENT_SCHEMA = "ts long, key string, value double"
+SAMPLE_KEYS = ("checkout", "login", "search", "view")
+PROG = "spark_pipeline.py"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -64,6 +85,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-records-per-trigger", type=int)
     parser.add_argument("--shuffle-partitions", type=int, default=4)
     parser.add_argument("--show", type=int, default=20, help="rows of the table to print")
+    parser.add_argument(
+        "--generate", type=int, metavar="N", help="first write N sample events to each stream"
+    )
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="a dlog setting"
     )
@@ -92,12 +116,77 @@ def spark_session(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return spark
 
 
-def dlog_options(args: argparse.Namespace) -> dict[str, str]:
-    options = {"uri": args.uri, "stream": args.stream}
+def settings(args: argparse.Namespace) -> dict[str, str]:
+    """The dlog settings of ``--set KEY=VALUE``."""
+    out = {}
     for item in args.set:
         key, _, value = item.partition("=")
-        options[f"dlog.{key.strip()}"] = value.strip()
+        out[key.strip()] = value.strip()
+    return out
+
+
+def source_options(args: argparse.Namespace) -> dict[str, str]:
+    """The dlog source's options for this run (checked before Spark starts)."""
+    options = {"uri": args.uri, "stream": args.stream}
+    options.update({f"dlog.{key}": value for key, value in settings(args).items()})
+    if args.batch:
+        options.update(startingPosition=args.start, endingPosition=args.end)
+    else:
+        if args.subscription:
+            options["subscription"] = args.subscription
+        if args.max_records_per_trigger:
+            options["maxRecordsPerTrigger"] = str(args.max_records_per_trigger)
     return options
+
+
+def sample_events(n: int, seed: int = 7, minutes: int = 12) -> list[dict[str, Any]]:
+    """``n`` events spread over the last ``minutes`` minutes, a little out of
+    order (as real events arrive)."""
+    rng = random.Random(seed)
+    span = minutes * 60_000
+    start = int(time.time() * 1000) - span
+    return [
+        {
+            "ts": start + i * span // n + rng.randrange(-5_000, 5_000),
+            "key": rng.choice(SAMPLE_KEYS),
+            "value": round(rng.uniform(1, 100), 2),
+        }
+        for i in range(n)
+    ]
+
+
+def generate(args: argparse.Namespace) -> None:
+    """Write ``--generate`` sample events to each stream, creating a missing
+    stream (the namespace must exist: a mistyped URI creates nothing)."""
+    from dlog.record import LogRecord
+    from dlog.sync import Namespace
+
+    events = [json.dumps(e).encode() for e in sample_events(args.generate)]
+    with Namespace.open(args.uri, settings(args)) as ns:
+        for stream in (s.strip() for s in args.stream.split(",") if s.strip()):
+            if not ns.log_exists(stream):
+                ns.create_log(stream)
+            with ns.open_log(stream).open_writer() as writer:
+                txid = max(writer.last_txid + 1, int(time.time() * 1000))
+                last = None
+                for k in range(0, len(events), 10_000):
+                    chunk = events[k : k + 10_000]
+                    records = [LogRecord(txid + k + i, e) for i, e in enumerate(chunk)]
+                    last = writer.write_bulk(records)[-1]
+            print(f"wrote {len(events)} sample events to stream {stream!r}, last DLSN {last}")
+
+
+def error_line(error: BaseException) -> str | None:
+    """The one line to print for ``error`` (None: not a dlog error)."""
+    import dlog.spark
+
+    line = dlog.spark.source_error(error)
+    if isinstance(error, dlog.spark.DlogSourceStreamNotFoundError):
+        line = (
+            f"{line}; fill it first with --generate N, or write JSON events "
+            f"with `dlog write {error.streams[0]}` (see --help)"
+        )
+    return None if line is None else f"{PROG}: {line}"
 
 
 def events(raw):  # type: ignore[no-untyped-def]
@@ -148,13 +237,7 @@ def show_table(spark, path: Path, rows: int) -> int:  # type: ignore[no-untyped-
 
 
 def run_batch(spark, args: argparse.Namespace) -> None:  # type: ignore[no-untyped-def]
-    raw = (
-        spark.read.format("dlog")
-        .options(**dlog_options(args))
-        .option("startingPosition", args.start)
-        .option("endingPosition", args.end)
-        .load()
-    )
+    raw = spark.read.format("dlog").options(**source_options(args)).load()
     out = args.output / "reprocessed"
     t0 = time.perf_counter()
     per_minute(events(raw)).write.mode("overwrite").parquet(str(out))
@@ -163,11 +246,7 @@ def run_batch(spark, args: argparse.Namespace) -> None:  # type: ignore[no-untyp
 
 
 def run_stream(spark, args: argparse.Namespace) -> None:  # type: ignore[no-untyped-def]
-    reader = spark.readStream.format("dlog").options(**dlog_options(args))
-    if args.subscription:
-        reader = reader.option("subscription", args.subscription)
-    if args.max_records_per_trigger:
-        reader = reader.option("maxRecordsPerTrigger", str(args.max_records_per_trigger))
+    reader = spark.readStream.format("dlog").options(**source_options(args))
     out = args.output / "per_minute"
     checkpoint = args.checkpoint or args.output / "_checkpoint"
     aggregated = per_minute(events(reader.load()).withWatermark("event_time", args.watermark))
@@ -207,8 +286,13 @@ def run_stream(spark, args: argparse.Namespace) -> None:  # type: ignore[no-unty
             query.stop()
     else:
         query.awaitTermination()
-    if query.exception() is not None:
-        raise SystemExit(f"the streaming query failed: {query.exception()}")
+    failure = query.exception()
+    if failure is not None:
+        import dlog.spark
+
+        raise SystemExit(
+            f"the streaming query failed: {dlog.spark.source_error(failure) or failure}"
+        )
     events_read = sum(p["numInputRows"] for p in query.recentProgress)
     print(
         f"read {events_read} records in {len(query.recentProgress)} batches "
@@ -219,12 +303,33 @@ def run_stream(spark, args: argparse.Namespace) -> None:  # type: ignore[no-unty
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # The ZooKeeper client logs each failed connection attempt; dlog's error
+    # says what failed, in one line.
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+    import dlog.spark
+    from dlog.errors import DLogError
+
+    try:
+        if args.generate:
+            generate(args)
+        # Before Spark starts: Spark would report a problem with the options
+        # as a Python traceback inside a JVM one.
+        dlog.spark.check_options(source_options(args), streaming=not args.batch)
+    except DLogError as e:
+        print(error_line(e), file=sys.stderr)
+        return 1
     spark = spark_session(args)
     try:
         if args.batch:
             run_batch(spark, args)
         else:
             run_stream(spark, args)
+    except Exception as e:
+        line = error_line(e)  # e.g. the stream was deleted since the check
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return 1
     finally:
         spark.stop()
     return 0
