@@ -8,7 +8,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -55,16 +55,29 @@ def setup_logging(level: str | None = None, *, default: str = "INFO") -> None:
     logging.getLogger("kazoo").setLevel(logging.DEBUG if name == "DEBUG" else logging.CRITICAL)
 
 
-def load_config(cls: type[C], conf: Path | None, sets: list[str] | None, **extra: object) -> C:
-    overrides: dict[str, object] = dict(parse_set_options(sets or []))
-    overrides.update({k: v for k, v in extra.items() if v is not None})
-    return cls.load(conf, overrides)
+def load_config(
+    cls: type[C],
+    conf: Path | None,
+    sets: list[str] | None,
+    *,
+    defaults: Mapping[str, object] | None = None,
+    **extra: object,
+) -> C:
+    """``--conf`` with ``--set`` on top (errors say "(in --set)"), then
+    ``extra`` (non-None option values); ``defaults`` are the command's own
+    defaults for keys none of them gives."""
+    sets_values = parse_set_options(sets or [])
+    given = {k: v for k, v in extra.items() if v is not None}
+    return cls.load(conf, sets_values, overrides_source="--set", defaults=defaults, **given)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print ``message`` as an error (one ``error:`` line per line: a
+    ConfigError lists one bad key a line) and return the exit to raise."""
     from rich.markup import escape
 
-    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    for line in message.splitlines() or [message]:
+        err_console.print(f"[bold red]error:[/] {escape(line)}", soft_wrap=True)
     return typer.Exit(code)
 
 

@@ -3,7 +3,9 @@
 Settings keep BookKeeper's and DistributedLog's key names so an operator's
 existing knowledge (and files) carry over. Each setting is declared once,
 with its key, default, documentation and check; loading rejects unknown
-keys and bad values with a message that names the key.
+keys and bad values with a message that names the key and where it was
+given (the file, ``--set``, overrides). Every bad key is reported at once,
+one per line of a single ConfigError, so that one run finds them all.
 """
 
 from __future__ import annotations
@@ -57,9 +59,45 @@ def nested(prefix: str, cls: type[Config], doc: str) -> Any:
     )
 
 
+class Problems:
+    """Every bad key found while loading, raised at the end as one
+    ConfigError: its ``key`` is the first bad key and its message has one
+    ``key: problem`` line per bad key (the CLI prints one line each)."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, str]] = []
+
+    def add(self, key: str, message: str, source: str | None = None) -> None:
+        self.items.append((key, f"{message} (in {source})" if source else message))
+
+    def add_error(self, e: ConfigError, prefix: str = "", source: str | None = None) -> None:
+        """Record a single-key ConfigError (from a converter or a check)."""
+        self.add(prefix + e.key, str(e)[len(e.key) + 2 :], source)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def raise_if_any(self) -> None:
+        if not self.items:
+            return
+        (key, first), *rest = self.items
+        raise ConfigError(key, "\n".join([first, *(f"{k}: {m}" for k, m in rest)]))
+
+
 def parse_properties(text: str, source: str = "<string>") -> dict[str, str]:
     """Parse Java-properties text: ``key=value`` lines, ``#``/``!`` comments,
-    trailing-backslash continuations. A key given twice is an error."""
+    trailing-backslash continuations. A key given twice is an error (every
+    such line is reported)."""
+    problems = Problems()
+    props = _parse_properties(text, source, problems)
+    problems.raise_if_any()
+    return props
+
+
+def _parse_properties(text: str, source: str, problems: Problems) -> dict[str, str]:
+    """As :func:`parse_properties`, recording problems instead of raising
+    (the first of a key given twice is kept), so a load reports them with
+    the file's bad values."""
     props: dict[str, str] = {}
     logical: list[tuple[int, str]] = []
     pending = ""
@@ -86,10 +124,11 @@ def parse_properties(text: str, source: str = "<string>") -> dict[str, str]:
             key, value = line[:sep], line[sep + 1 :]
         key, value = key.strip(), value.strip()
         if not key:
-            raise ConfigError(f"{source}:{lineno}", "line has no key")
-        if key in props:
-            raise ConfigError(key, f"given twice ({source}:{lineno})")
-        props[key] = value
+            problems.add(f"{source}:{lineno}", "line has no key")
+        elif key in props:
+            problems.add(key, f"given twice ({source}:{lineno})")
+        else:
+            props[key] = value
     return props
 
 
@@ -223,9 +262,33 @@ class Config:
 
     # -- loading ---------------------------------------------------------
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], source: str = "<overrides>") -> Self:
+    def from_mapping(
+        cls,
+        values: Mapping[str, Any],
+        source: str = "overrides",
+        *,
+        sources: Mapping[str, str] | None = None,
+    ) -> Self:
         """Build from ``{key: value}`` (keys as in the ``.conf`` file, or the
-        Python attribute names), validating every value."""
+        Python attribute names), validating every value. Errors say where a
+        key was given: ``sources[key]``, else ``source``."""
+        where = sources or {}
+        problems = Problems()
+        obj = cls._build({k: (v, where.get(k, source)) for k, v in values.items()}, problems)
+        problems.raise_if_any()
+        assert obj is not None
+        return obj
+
+    @classmethod
+    def _build(
+        cls, values: Mapping[str, tuple[Any, str]], problems: Problems, prefix: str = ""
+    ) -> Self | None:
+        """The config for ``{key: (value, where it was given)}``; every bad
+        key goes to ``problems`` (then None). Cross-setting checks run only
+        once every value is valid: with a bad one replaced by its default
+        they would report combinations nobody gave."""
+        before = len(problems)
+        values = cls._resolve_keys(values, problems, prefix)
         by_key: dict[str, dataclasses.Field[Any]] = {}
         nested_fields: list[dataclasses.Field[Any]] = []
         for f in cls._fields():
@@ -235,62 +298,120 @@ class Config:
                 by_key[f.metadata["key"]] = f
                 by_key.setdefault(f.name, f)
         kwargs: dict[str, Any] = {}
-        nested_values: dict[str, dict[str, Any]] = {f.name: {} for f in nested_fields}
-        for key, raw in values.items():
+        nested_values: dict[str, dict[str, tuple[Any, str]]] = {f.name: {} for f in nested_fields}
+        for key, (raw, source) in values.items():
             known = by_key.get(key)
             if known is not None:
-                value = _convert(known.metadata["key"], cls._types()[known.name], raw)
-                _validate(known.metadata["key"], known.metadata, value)
+                try:
+                    value = _convert(known.metadata["key"], cls._types()[known.name], raw)
+                    _validate(known.metadata["key"], known.metadata, value)
+                except ConfigError as e:
+                    problems.add_error(e, prefix, source)
+                    continue
                 kwargs[known.name] = value
                 continue
             for nf in nested_fields:
-                prefix = nf.metadata["prefix"]
-                if key.startswith(prefix):
-                    nested_values[nf.name][key[len(prefix) :]] = raw
+                nested_prefix = nf.metadata["prefix"]
+                if key.startswith(nested_prefix):
+                    nested_values[nf.name][key[len(nested_prefix) :]] = (raw, source)
                     break
             else:
-                raise ConfigError(key, f"unknown setting (in {source})")
+                problems.add(prefix + key, "unknown setting", source)
         for nf in nested_fields:
-            sub = nested_values[nf.name]
-            try:
-                kwargs[nf.name] = nf.metadata["nested"].from_mapping(sub, source)
-            except ConfigError as e:
-                raise ConfigError(nf.metadata["prefix"] + e.key, str(e).split(": ", 1)[1]) from None
+            sub = nf.metadata["nested"]._build(
+                nested_values[nf.name], problems, prefix + nf.metadata["prefix"]
+            )
+            if sub is not None:
+                kwargs[nf.name] = sub
+        if len(problems) > before:
+            return None
         obj = cls(**kwargs)
-        obj.validate()
-        return obj
+        for key, message in obj._cross_checks():
+            problems.add(prefix + key, message)
+        return obj if len(problems) == before else None
+
+    @classmethod
+    def _resolve_keys(
+        cls, values: Mapping[str, tuple[Any, str]], problems: Problems, prefix: str
+    ) -> Mapping[str, tuple[Any, str]]:
+        """Hook: rewrite keys before parsing (DLogConfig maps deprecated spellings)."""
+        return values
+
+    @classmethod
+    def canonical_key(cls, key: str) -> str:
+        """The key a setting is stored under, for ``key`` in any accepted
+        spelling (an attribute name here; deprecated keys in subclasses)."""
+        for f in cls._fields():
+            if f.name == key and "key" in f.metadata:
+                return str(f.metadata["key"])
+        return key
+
+    @classmethod
+    def _layered(
+        cls, layers: Iterable[tuple[Mapping[str, Any], str]]
+    ) -> dict[str, tuple[Any, str]]:
+        """``{key: (value, source)}`` with each layer on top of the ones
+        before: a key given in a later layer, in any spelling, replaces it.
+        (Within one layer two spellings of a key stay, to be reported.)"""
+        out: dict[str, tuple[Any, str]] = {}
+        for layer, source in layers:
+            given = {cls.canonical_key(k) for k in layer}
+            for k in [k for k in out if cls.canonical_key(k) in given]:
+                del out[k]
+            out.update((k, (v, source)) for k, v in layer.items())
+        return out
 
     @classmethod
     def load(
         cls,
         path: str | os.PathLike[str] | None = None,
         overrides: Mapping[str, Any] | None = None,
+        *,
+        overrides_source: str = "overrides",
+        defaults: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> Self:
         """Load ``path`` (if given), then apply ``overrides`` and keyword
-        overrides on top. Unknown keys and bad values raise ConfigError."""
-        values: dict[str, Any] = {}
-        source = "<defaults>"
+        overrides on top; ``defaults`` replace the built-in defaults of the
+        keys nobody gives (the CLI's own defaults). Unknown keys and bad
+        values raise one ConfigError listing every one, each saying where it
+        was given: the file, ``overrides_source`` (the CLI says ``--set``)
+        or "overrides"."""
+        problems = Problems()
+        layers: list[tuple[Mapping[str, Any], str]] = [(defaults or {}, "defaults")]
         if path is not None:
             p = Path(path)
             try:
                 text = p.read_text()
             except OSError as e:
                 raise ConfigError(str(p), f"cannot read configuration file: {e.strerror}") from None
-            values.update(parse_properties(text, str(p)))
-            source = str(p)
-        for extra in (overrides or {}), kwargs:
-            values.update(extra)
-        return cls.from_mapping(values, source)
+            layers.append((_parse_properties(text, str(p), problems), str(p)))
+        layers += [(overrides or {}, overrides_source), (kwargs, "overrides")]
+        obj = cls._build(cls._layered(layers), problems)
+        problems.raise_if_any()
+        assert obj is not None
+        return obj
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> Self:
-        """A copy with ``overrides`` applied and validated."""
-        current = self.to_properties()
-        current.update(overrides)
-        return type(self).from_mapping(current)
+    def with_overrides(self, overrides: Mapping[str, Any], source: str = "overrides") -> Self:
+        """A copy with ``overrides`` applied and validated; an override given
+        in another spelling of a key (an old one) replaces the setting."""
+        problems = Problems()
+        layers = [(self.to_properties(), "current settings"), (overrides, source)]
+        obj = type(self)._build(self._layered(layers), problems)
+        problems.raise_if_any()
+        assert obj is not None
+        return obj
 
     def validate(self) -> None:
-        """Cross-setting checks; subclasses raise ConfigError naming a key."""
+        """Raise one ConfigError listing every cross-setting problem."""
+        problems = Problems()
+        for key, message in self._cross_checks():
+            problems.add(key, message)
+        problems.raise_if_any()
+
+    def _cross_checks(self) -> Iterable[tuple[str, str]]:
+        """Hook: ``(key, problem)`` for each bad combination of settings."""
+        return ()
 
     # -- output ----------------------------------------------------------
     def to_properties(self) -> dict[str, Any]:
@@ -341,14 +462,15 @@ def _wrap(text: str, width: int = 76) -> list[str]:
 
 
 def parse_set_options(items: Iterable[str]) -> dict[str, str]:
-    """Turn CLI ``--set key=value`` items into a mapping."""
+    """Turn CLI ``--set key=value`` items into a mapping (one ConfigError
+    naming every malformed item)."""
+    problems = Problems()
     out: dict[str, str] = {}
     for item in items:
-        if "=" not in item:
-            raise ConfigError(item, "expected key=value after --set")
-        k, v = item.split("=", 1)
-        k = k.strip()
-        if not k:
-            raise ConfigError(item, "expected key=value after --set")
-        out[k] = v.strip()
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip():
+            problems.add(item, "expected key=value after --set")
+            continue
+        out[k.strip()] = v.strip()
+    problems.raise_if_any()
     return out

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterator
 
 from dlog.conf.base import Config, setting
-from dlog.errors import ConfigError
 from dlog.uri import check_metadata_service_uri
 
 DB_LEDGER_STORAGE = "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage"
@@ -292,22 +292,22 @@ class BookieConfig(Config):
         unit="ms",
     )
 
-    def validate(self) -> None:
+    def _cross_checks(self) -> Iterator[tuple[str, str]]:
         if 0 < self.max_buffered_frame_bytes < self.netty_max_frame_size_bytes:
-            raise ConfigError(
+            yield (
                 "maxBufferedFrameBytes",
                 f"must be 0 or at least nettyMaxFrameSizeBytes ({self.netty_max_frame_size_bytes})"
                 ", or a largest frame could never be received",
             )
         if self.disk_usage_lwm_threshold > self.disk_usage_threshold:
-            raise ConfigError(
+            yield (
                 "diskUsageLwmThreshold",
                 f"must not exceed diskUsageThreshold ({self.disk_usage_threshold})",
             )
         if len(set(self.journal_directories)) != len(self.journal_directories):
-            raise ConfigError("journalDirectories", "lists a directory twice")
+            yield ("journalDirectories", "lists a directory twice")
         if len(set(self.ledger_directories)) != len(self.ledger_directories):
-            raise ConfigError("ledgerDirectories", "lists a directory twice")
+            yield ("ledgerDirectories", "lists a directory twice")
 
     # -- derived values ------------------------------------------------------
     @property

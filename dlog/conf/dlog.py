@@ -17,12 +17,11 @@ passes ``bkc.*`` through to the BookKeeper client the same way), e.g.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any, Self
+from collections.abc import Iterator, Mapping
+from typing import Any
 
-from dlog.conf.base import Config, nested, setting
+from dlog.conf.base import Config, Problems, nested, setting
 from dlog.conf.bookkeeper import ClientConfig
-from dlog.errors import ConfigError
 
 __all__ = ["DIGEST_TYPES", "DLogConfig", "KEY_ALIASES"]
 
@@ -291,49 +290,50 @@ class DLogConfig(Config):
 
     # -- loading -------------------------------------------------------------------------
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], source: str = "<overrides>") -> Self:
-        """As :meth:`Config.from_mapping`, also accepting DistributedLog's
-        deprecated key spellings (:data:`KEY_ALIASES`)."""
-        resolved: dict[str, Any] = {}
+    def canonical_key(cls, key: str) -> str:
+        """As :meth:`Config.canonical_key`, mapping DistributedLog's deprecated
+        spellings (:data:`KEY_ALIASES`) to the current key."""
+        return super().canonical_key(KEY_ALIASES.get(key, key))
+
+    @classmethod
+    def _resolve_keys(
+        cls, values: Mapping[str, tuple[Any, str]], problems: Problems, prefix: str
+    ) -> Mapping[str, tuple[Any, str]]:
+        """Deprecated spellings become the current key; a key given in both
+        (in one file, or one set of overrides) is an error."""
+        resolved: dict[str, tuple[Any, str]] = {}
         alias_of: dict[str, str] = {}
-        for key, value in values.items():
+        for key, (value, source) in values.items():
             target = KEY_ALIASES.get(key, key)
             if target in resolved:
-                first = alias_of.get(target, target)
-                raise ConfigError(target, f"given twice, as {first!r} and as {key!r} (in {source})")
-            resolved[target] = value
+                first = alias_of[target]
+                problems.add(prefix + target, f"given twice, as {first!r} and as {key!r}", source)
+                continue
+            resolved[target] = (value, source)
             alias_of[target] = key
-        return super().from_mapping(resolved, source)
+        return resolved
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> Self:
-        """As :meth:`Config.with_overrides`; an override given by its old
-        spelling replaces the current setting rather than clashing with it."""
-        current = self.to_properties()
-        for key, value in overrides.items():
-            current[KEY_ALIASES.get(key, key)] = value
-        return type(self).from_mapping(current)
-
-    def validate(self) -> None:
+    def _cross_checks(self) -> Iterator[tuple[str, str]]:
         if self.write_quorum_size > self.ensemble_size:
-            raise ConfigError(
+            yield (
                 "bkcWriteQuorumSize",
                 f"must not exceed bkcEnsembleSize ({self.ensemble_size}), "
                 f"got {self.write_quorum_size}",
             )
         if self.ack_quorum_size > self.write_quorum_size:
-            raise ConfigError(
+            yield (
                 "bkcAckQuorumSize",
                 f"must not exceed bkcWriteQuorumSize ({self.write_quorum_size}), "
                 f"got {self.ack_quorum_size}",
             )
         if self.writer_output_buffer_size > 0 and self.periodic_flush_frequency_milli_seconds == 0:
-            raise ConfigError(
+            yield (
                 "periodicFlushFrequencyMilliSeconds",
                 "must be > 0 when writerOutputBufferSize > 0; otherwise a buffered "
                 "record can wait indefinitely for more records to fill the entry",
             )
         if self.reader_idle_error_threshold_millis < self.reader_idle_warn_threshold_millis:
-            raise ConfigError(
+            yield (
                 "readerIdleErrorThresholdMillis",
                 f"must not be below readerIdleWarnThresholdMillis "
                 f"({self.reader_idle_warn_threshold_millis}), "

@@ -46,3 +46,41 @@ def test_sandbox_takes_bookie_settings(tmp_path: Path) -> None:
     conf.write_text("diskUsageThreshold=2.0\n")
     r = dlog("sandbox", "run", "--conf", str(conf))
     assert r.returncode == 2 and "diskUsageThreshold" in r.stderr
+
+
+def test_conf_check_reports_every_bad_key_one_a_line(tmp_path: Path) -> None:
+    conf = tmp_path / "dlog.conf"
+    conf.write_text("zkSessionTimeoutSeconds=thirty\nwriterOutputBuferSize=1\nbkcEnsembleSize=3\n")
+    r = dlog(
+        "conf",
+        "check",
+        "dlog",
+        "--conf",
+        str(conf),
+        "--set",
+        "bkc.nope=1",
+        "--set",
+        "lockTimeoutSeconds=-1",
+    )
+    assert r.returncode == 2, r.stderr
+    assert r.stdout == ""
+    assert r.stderr.splitlines() == [
+        f"error: zkSessionTimeoutSeconds: expected an integer, got 'thirty' (in {conf})",
+        f"error: writerOutputBuferSize: unknown setting (in {conf})",
+        "error: lockTimeoutSeconds: must be at least 0, got -1 (in --set)",
+        "error: bkc.nope: unknown setting (in --set)",
+    ]
+
+
+def test_a_bad_set_says_set_not_defaults() -> None:
+    r = dlog(
+        "subscriptions",
+        "list",
+        "s",
+        "--uri",
+        "distributedlog://127.0.0.1:1/ns",
+        "--set",
+        "noSuchKey=1",
+    )
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == ["error: noSuchKey: unknown setting (in --set)"]
