@@ -1,4 +1,5 @@
-"""Where a stream begins and ends: first and last DLSN, last txid, count.
+"""Where a stream begins and ends: first and last DLSN, last txid, count,
+where its last N records begin.
 
 Answered from the segments' metadata where it is final (completed
 segments) and from the ledgers where it is not (the in-progress segment,
@@ -12,10 +13,10 @@ from dlog.dlsn import DLSN
 from dlog.errors import LogEmptyError
 from dlog.record import MAX_TXID, LogRecordWithDLSN
 from dlog.segment import LogSegmentMetadata
-from dlog.segment_reader import last_user_record, record_position
+from dlog.segment_reader import RecordSpan, last_user_record, last_user_records, record_position
 from dlog.stream import StreamContext
 
-__all__ = ["first_dlsn", "last_dlsn", "last_txid", "record_count"]
+__all__ = ["RecordSpan", "first_dlsn", "last_dlsn", "last_records", "last_txid", "record_count"]
 
 
 async def _segments(ctx: StreamContext) -> list[tuple[LogSegmentMetadata, int]]:
@@ -76,3 +77,45 @@ async def record_count(ctx: StreamContext) -> int:
             count = max(0, count - position + 1)
         total += count
     return total
+
+
+async def last_records(
+    ctx: StreamContext, n: int, *, not_before: DLSN | None = None
+) -> RecordSpan | None:
+    """Where the stream's last ``n`` records begin and end, and how many
+    there are (fewer if the stream has fewer; None for none): the records
+    readable now that are not truncated, and not before ``not_before``.
+
+    It walks back from the end (an in-progress segment from its LAC),
+    segment by segment, and stops as soon as it has ``n``: what `tail -n`
+    needs without reading the stream from its start.
+    """
+    if n < 1:
+        raise ValueError(f"want at least one record, not {n}")
+    first = last = None
+    count = 0
+    for seg, _ in reversed(await _segments(ctx)):
+        if (
+            not_before is not None
+            and seg.log_segment_sequence_no < not_before.log_segment_sequence_no
+        ):
+            break
+        if seg.is_truncated:
+            continue
+        floor = not_before
+        if seg.is_partially_truncated and (floor is None or floor < seg.min_active_dlsn):
+            floor = seg.min_active_dlsn
+        span = await last_user_records(
+            ctx.bk, seg, ctx.password, n - count, floor=floor, batch=ctx.conf.read_ahead_batch_size
+        )
+        if span is None:
+            continue
+        if last is None:
+            last = span.last
+        first = span.first
+        count += span.count
+        if count == n:
+            break
+    if first is None or last is None:
+        return None
+    return RecordSpan(first, last, count)

@@ -38,9 +38,11 @@ if TYPE_CHECKING:
     from dlog.ledger.read_handle import LedgerEntry, ReadHandle
 
 __all__ = [
+    "RecordSpan",
     "RecoveredEnd",
     "last_entry",
     "last_user_record",
+    "last_user_records",
     "open_segment",
     "readable_lac",
     "record_position",
@@ -125,6 +127,69 @@ async def last_user_record(
             if records:
                 return records[-1]
     return None
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordSpan:
+    """``count`` user records, from ``first`` to ``last`` (DLSNs, both included)."""
+
+    first: DLSN
+    last: DLSN
+    count: int
+
+
+async def last_user_records(
+    bk: BookKeeper,
+    seg: LogSegmentMetadata,
+    password: bytes,
+    n: int,
+    *,
+    floor: DLSN | None = None,
+    batch: int = 100,
+) -> RecordSpan | None:
+    """Where the last ``n`` user records of ``seg`` at or after ``floor``
+    begin and end (fewer if it has fewer; None for none).
+
+    Read from the segment's readable end back, at most ``batch`` entries
+    a read and never more entries than records still wanted, so the cost
+    follows ``n``, not the segment's length. ``floor`` is not checked
+    against truncation: pass ``min_active_dlsn`` when that is the floor.
+    """
+    if n < 1:
+        raise ValueError(f"want at least one record, not {n}")
+    seq = seg.log_segment_sequence_no
+    if floor is not None and floor.log_segment_sequence_no > seq:
+        return None
+    if not seg.in_progress and seg.record_count == 0:
+        return None
+    low = 0
+    if floor is not None and floor.log_segment_sequence_no == seq:
+        low = max(0, floor.entry_id)
+    else:
+        floor = None
+    first = last = None
+    count = 0
+    async with open_segment(bk, seg.ledger_id, password) as handle:
+        high = await handle.read_last_add_confirmed() if seg.in_progress else seg.last_entry_id
+        while high >= low and count < n:
+            start = max(low, high - min(batch, n - count) + 1)
+            for entry in reversed(await handle.read_unconfirmed(start, high)):
+                records = _user_records(records_of(seg, entry))
+                if floor is not None:
+                    records = [r for r in records if r.dlsn >= floor]
+                if not records:
+                    continue
+                if last is None:
+                    last = records[-1].dlsn
+                taken = records[-(n - count) :]
+                first = taken[0].dlsn
+                count += len(taken)
+                if count == n:
+                    break
+            high = start - 1
+    if first is None or last is None:
+        return None
+    return RecordSpan(first, last, count)
 
 
 async def record_position(

@@ -1,42 +1,66 @@
-"""``dlog dlsn``: convert DLSNs between base64 and their three numbers."""
+"""``dlog dlsn``: convert DLSNs between base64 and their three numbers.
+
+Both commands read a DLSN in every form ``--from`` and ``--to`` accept
+(:func:`dlog.dlsn.parse_dlsn`, through ``dlsn_option``), so a DLSN copied
+from any dlog or DistributedLog output can be converted. Their words are
+joined with spaces, so DistributedLog's toString needs no quotes, and
+options they do not know are taken as words: ``-1/0/0`` and ``-1 0 0`` are
+DLSNs, not options.
+"""
 
 from __future__ import annotations
 
+import re
+from typing import TYPE_CHECKING
+
 import typer
 
-from dlog.cli.common import fail
-from dlog.errors import DLogError
+from dlog.cli.common import dlsn_option
+
+if TYPE_CHECKING:
+    from dlog.dlsn import DLSN
 
 app = typer.Typer(
     help="Convert DLSNs between base64 and their three numbers.", no_args_is_help=True
 )
 
+#: Negative numbers (``-1/0/0``, ``0 -1 -1``) must reach the command as words.
+_WORDS = {"ignore_unknown_options": True}
 
-@app.command("serialize", context_settings={"ignore_unknown_options": True})
+_INTEGER = re.compile(r"-?[0-9]+")
+_FORMS = "base64, S/E/N, S:E:N or DLSN{logSegmentSequenceNo=S, entryId=E, slotId=N}"
+
+
+def _dlsn(words: list[str], command: str) -> DLSN:
+    """The DLSN the command's words spell: three integers, or one DLSN in
+    any form (DistributedLog's toString may come as several words)."""
+    numbers = len(words) == 3 and all(_INTEGER.fullmatch(w) for w in words)
+    return dlsn_option(("/" if numbers else " ").join(words), f"dlsn {command}")
+
+
+@app.command("serialize", context_settings=_WORDS)
 def dlsn_serialize(
-    seq: int = typer.Argument(..., help="Log segment sequence number."),
-    entry: int = typer.Argument(..., help="Entry id."),
-    slot: int = typer.Argument(..., help="Slot id."),
+    words: list[str] = typer.Argument(
+        ...,
+        metavar="SEQ ENTRY SLOT | DLSN",
+        help=f"The three numbers, or one DLSN: {_FORMS}.",
+        show_default=False,
+    ),
 ) -> None:
-    """Print the base64 form of DLSN (SEQ, ENTRY, SLOT), as DistributedLog serializes it."""
-    from dlog.dlsn import DLSN
-
-    try:
-        print(DLSN(seq, entry, slot).serialize())
-    except DLogError as e:
-        raise fail(str(e), 2) from None
+    """Print the base64 form of a DLSN, as DistributedLog serializes it."""
+    print(_dlsn(words, "serialize").serialize())
 
 
-@app.command("deserialize")
+@app.command("deserialize", context_settings=_WORDS)
 def dlsn_deserialize(
-    text: str = typer.Argument(..., metavar="BASE64", help="A serialized (base64) DLSN."),
+    words: list[str] = typer.Argument(
+        ...,
+        metavar="SEQ ENTRY SLOT | DLSN",
+        help=f"The three numbers, or one DLSN: {_FORMS}.",
+        show_default=False,
+    ),
 ) -> None:
-    """Print DistributedLog's toString of a base64 DLSN, then its three numbers."""
-    from dlog.dlsn import DLSN
-
-    try:
-        dlsn = DLSN.deserialize(text.strip())
-    except DLogError as e:
-        raise fail(str(e), 2) from None
+    """Print DistributedLog's toString of a DLSN, then its three numbers."""
+    dlsn = _dlsn(words, "deserialize")
     print(str(dlsn))
     print(f"{dlsn.log_segment_sequence_no} {dlsn.entry_id} {dlsn.slot_id}")

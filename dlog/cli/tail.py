@@ -1,6 +1,9 @@
 """``dlog tail``: print a stream's records as ``DLSN<TAB>payload`` lines.
 
-dlog tail events -n 10
+dlog tail events -n 10              # the last 10 records
+dlog tail events -n 10 --follow     # ... then new ones until Ctrl-C
+dlog tail events --limit 10         # the first 10
+dlog tail events --from 3/0/0 --limit 10
 dlog tail events --from latest --follow
 """
 
@@ -22,11 +25,13 @@ from dlog.cli.common import (
     UriOption,
     dlsn_option,
     err_console,
+    fail,
     run_namespace,
     short,
 )
 
 if TYPE_CHECKING:
+    from dlog.dlsn import DLSN
     from dlog.namespace import Namespace
     from dlog.record import LogRecordWithDLSN
 
@@ -57,10 +62,22 @@ def tail(
         "--from",
         help="Where to start: earliest (the first record not truncated), latest (only "
         "records written from now on), or a DLSN (base64 as printed by tail/write, "
-        "S/E/N, or DLSN{...}).",
+        "S/E/N, S:E:N or DLSN{...}).",
     ),
     lines: int | None = typer.Option(
-        None, "-n", "--lines", min=1, help="Stop after N records.", show_default=False
+        None,
+        "-n",
+        "--lines",
+        help="Print the last N records, as tail -n does: the last N that exist when tail "
+        "starts (with --from, the last N at or after it; fewer if there are fewer), then "
+        "stop, or with --follow go on with new ones.",
+        show_default=False,
+    ),
+    limit: int | None = typer.Option(
+        None,
+        "--limit",
+        help="Print the first N records from --from (default: earliest), then stop.",
+        show_default=False,
     ),
     follow: bool = typer.Option(
         False, "--follow", "-f", help="Keep waiting for new records until Ctrl-C."
@@ -72,27 +89,51 @@ def tail(
     """Print records as DLSN<TAB>payload lines.
 
     The DLSN is in base64, which --from accepts; the payload is UTF-8 with
-    backslash, newline and carriage return escaped. Without --follow it stops
-    once caught up (no record for about a second after reaching the last
-    record that existed when it started) or after -n records.
+    backslash, newline and carriage return escaped. Without -n, --limit or
+    --follow it prints from --from to the end and stops once caught up (no
+    record for about a second after reaching the last record that existed
+    when it started). -n N prints the last N records instead (dlog tail -n 10
+    -f: the last ten, then new ones); --limit N the first N from --from.
     """
+    from dlog import positions
     from dlog.errors import EndOfStreamError, LogEmptyError
 
+    for value, name in ((lines, "-n"), (limit, "--limit")):
+        if value is not None and value < 1:
+            hint = " (for new records only, use --from latest --follow)" if name == "-n" else ""
+            raise fail(f"{name} {value}: N must be at least 1{hint}", 2)
+    if lines is not None and limit is not None:
+        raise fail("-n (the last N records) and --limit (the first N) do not combine", 2)
     choice = from_.strip().lower()
+    if lines is not None and choice == "latest":
+        raise fail(
+            "-n takes the last N records that exist; --from latest starts after all of them", 2
+        )
     start = None if choice in ("earliest", "latest") else dlsn_option(from_, "--from")
 
     async def body(ns: Namespace) -> int:
         lm = await ns.open_log(stream)
         position = start
-        if choice == "latest":
+        #: The last record that existed when we started, which tail waits for
+        #: (up to CATCH_UP_TIMEOUT_S); with -n, also where it stops.
+        target: DLSN | None = None
+        if lines is not None:
+            span = await positions.last_records(lm.context, lines, not_before=start)
+            if span is not None:
+                position, target = span.first, span.last
+            elif not follow:
+                return 0
+        elif choice == "latest":
             with contextlib.suppress(LogEmptyError):
                 position = (await lm.get_last_dlsn()).next()
-        target = None  # without --follow: the last record when we started
-        if not follow:
+        elif not follow:
             with contextlib.suppress(LogEmptyError):
                 target = await lm.get_last_dlsn()
             if target is not None and position is not None and position > target:
                 target = None
+        stop_at_target = lines is not None and not follow
+        if follow:
+            target = None
         reader = await lm.open_reader(from_dlsn=position)
         main = asyncio.current_task()
         loop = asyncio.get_running_loop()
@@ -109,8 +150,8 @@ def tail(
         out = sys.stdout.buffer
         printed = 0
         try:
-            while lines is None or printed < lines:
-                want = TAIL_BATCH if lines is None else min(TAIL_BATCH, lines - printed)
+            while limit is None or printed < limit:
+                want = TAIL_BATCH if limit is None else min(TAIL_BATCH, limit - printed)
                 if follow:
                     timeout: float | None = None
                 else:
@@ -123,11 +164,18 @@ def tail(
                             f"{short(target)}; stopping[/]"
                         )
                     break
+                done = False
+                if target is not None and records[-1].dlsn >= target:
+                    if stop_at_target:  # -n: nothing written after we started
+                        end = target
+                        records = [r for r in records if r.dlsn <= end]
+                        done = True
+                    target = None
                 out.write("".join(format_record(r) for r in records).encode("utf-8"))
                 out.flush()
                 printed += len(records)
-                if target is not None and records[-1].dlsn >= target:
-                    target = None
+                if done:
+                    break
         except EndOfStreamError:
             pass
         except asyncio.CancelledError:

@@ -185,15 +185,15 @@ def test_write_then_tail(uri: str) -> None:
     assert [p for _, p in rows] == expected
     assert [d for d, _ in rows] == [d for d, _ in records]
 
-    # -n
-    rows = tail_lines(ok(dlog("tail", "lines", "-n", "2", uri=uri)))
+    # --limit: the first N (-n is the last N: tests/integration/test_cli_tail.py)
+    rows = tail_lines(ok(dlog("tail", "lines", "--limit", "2", uri=uri)))
     assert rows == [(records[0][0], "one"), (records[1][0], "two")]
 
     # --from with the DLSN printed by write, as printed and as S/E/N.
     rows = tail_lines(ok(dlog("tail", "lines", "--from", out.splitlines()[-1], uri=uri)))
     assert [p for _, p in rows] == expected[4:]
     sen = f"{last_cli.log_segment_sequence_no}/{last_cli.entry_id}/{last_cli.slot_id}"
-    rows2 = tail_lines(ok(dlog("tail", "lines", "--from", sen, "-n", "1", uri=uri)))
+    rows2 = tail_lines(ok(dlog("tail", "lines", "--from", sen, "--limit", "1", uri=uri)))
     assert rows2 == rows[:1]
 
     # latest without --follow: nothing new, so nothing printed.
