@@ -107,7 +107,7 @@ class Namespace:
         binds an unbound one (as :meth:`create` would) and otherwise keeps
         its binding: for tools and tests that set up their own cluster."""
         ns = cls(uri, config or DLogConfig())
-        await ns.zk.start(timeout=ns.conf.zk_session_timeout_seconds)
+        await ns.zk.start(timeout=ns.conf.zk_connect_timeout, setting="zkConnectionTimeoutSeconds")
         try:
             if bind:
                 ledgers_uri = default_ledgers_uri(uri, ns.conf)
@@ -131,7 +131,7 @@ class Namespace:
         is already bound to those bookies just opens it;
         :class:`NamespaceExistsError` if it is bound to others."""
         ns = cls(uri, config or DLogConfig())
-        await ns.zk.start(timeout=ns.conf.zk_session_timeout_seconds)
+        await ns.zk.start(timeout=ns.conf.zk_connect_timeout, setting="zkConnectionTimeoutSeconds")
         try:
             wanted = ledgers_uri or default_ledgers_uri(uri, ns.conf)
             ns.binding, _ = await create_binding(ns.zk, uri, wanted)

@@ -223,13 +223,16 @@ class ZooKeeper:
             self._loop = asyncio.get_running_loop()
         return self._loop
 
-    async def start(self, timeout: float = 15.0) -> None:
+    async def start(self, timeout: float = 15.0, *, setting: str | None = None) -> None:
+        """Connect, waiting up to ``timeout`` seconds; ``setting`` names the
+        configuration key that chose it, so the error says what to change."""
         self._loop = asyncio.get_running_loop()
         try:
             await self.loop.run_in_executor(None, lambda: self.client.start(timeout=timeout))
         except KazooTimeoutError:
+            which = f" ({setting})" if setting else ""
             raise ZooKeeperError(
-                f"could not connect to ZooKeeper at {self.hosts} within {timeout}s"
+                f"could not connect to ZooKeeper at {self.hosts} within {timeout:g} s{which}"
             ) from None
         except kz.KazooException as e:
             raise translate(e, f"connect to {self.hosts}") from e

@@ -42,6 +42,11 @@ UriOption = typer.Option(
 )
 StreamArgument = typer.Argument(..., help="Stream name.")
 
+#: The CLI's own defaults for keys neither --conf nor --set gives: a person
+#: waiting at a prompt wants an unreachable ZooKeeper reported in seconds,
+#: not after the 30 s session timeout a long-running process waits.
+CLI_DEFAULTS: dict[str, object] = {"zkConnectionTimeoutSeconds": 5}
+
 
 def setup_logging(level: str | None = None, *, default: str = "INFO") -> None:
     """Log to stderr at ``level`` (else $DLOG_LOG_LEVEL, else ``default``).
@@ -99,8 +104,8 @@ def print_table(table: Table) -> None:
 def resolve(
     uri: str | None, conf: Path | None, sets: list[str] | None, **overrides: object
 ) -> tuple[str, DLogConfig]:
-    """The namespace URI (``--uri`` or ``$DLOG_URI``) and the configuration;
-    bad values exit with code 2."""
+    """The namespace URI (``--uri`` or ``$DLOG_URI``) and the configuration
+    (with :data:`CLI_DEFAULTS`); bad values exit with code 2."""
     from dlog.conf.dlog import DLogConfig
     from dlog.uri import parse_namespace_uri
 
@@ -112,7 +117,7 @@ def resolve(
     except ValueError as e:
         raise fail(f"invalid namespace URI: {e}", 2) from None
     try:
-        cfg = load_config(DLogConfig, conf, sets)
+        cfg = load_config(DLogConfig, conf, sets, defaults=CLI_DEFAULTS)
         if overrides:
             cfg = cfg.with_overrides(overrides)
     except DLogError as e:

@@ -59,6 +59,17 @@ class DLogConfig(Config):
         min=1,
         unit="s",
     )
+    zk_connection_timeout_seconds: int = setting(
+        "zkConnectionTimeoutSeconds",
+        0,
+        "dlog extension: how long opening a namespace waits for a ZooKeeper connection "
+        "before failing. 0 means zkSessionTimeoutSeconds. DistributedLog has no key for "
+        "it (its ZooKeeper client builder derives the connection timeout from the session "
+        "timeout); BookKeeper's zkTimeout is the ledger client's session timeout. The dlog "
+        "command line defaults to 5 so that an unreachable ZooKeeper is reported quickly.",
+        min=0,
+        unit="s",
+    )
     lock_timeout_seconds: int = setting(
         "lockTimeoutSeconds",
         30,
@@ -287,6 +298,13 @@ class DLogConfig(Config):
         ClientConfig,
         "BookKeeper client settings, under the 'bkc.' prefix as in DistributedLog.",
     )
+
+    # -- derived values ----------------------------------------------------------------
+    @property
+    def zk_connect_timeout(self) -> int:
+        """Seconds to wait for a ZooKeeper connection (zkConnectionTimeoutSeconds,
+        else the session timeout)."""
+        return self.zk_connection_timeout_seconds or self.zk_session_timeout_seconds
 
     # -- loading -------------------------------------------------------------------------
     @classmethod

@@ -49,6 +49,7 @@ DLOG_DEFAULTS = {
     "readAheadMaxRecords": 100000,  # DL 10
     "bkDigestType": "CRC32C",  # DL has no key; always CRC32
     "retentionCheckIntervalMinutes": 10,  # dlog extension
+    "zkConnectionTimeoutSeconds": 0,  # dlog extension: 0 = zkSessionTimeoutSeconds
     "logSegmentBasedSubscriptionsStoreEnabled": False,  # dlog extension
     "subscriptionSegmentMaxEntries": 50000,
     "subscriptionSegmentMaxBytes": 16 * 1024 * 1024,
@@ -90,6 +91,13 @@ def test_departures_document_distributedlogs_default() -> None:
     for key in DLOG_DEFAULTS:
         if key not in ("writerOutputBufferSize", "periodicFlushFrequencyMilliSeconds"):
             assert "dlog" in docs[key], key
+
+
+def test_zk_connect_timeout_is_the_session_timeout_unless_set() -> None:
+    """Library users keep waiting their session timeout for a connection."""
+    assert DLogConfig.load(zkSessionTimeoutSeconds=12).zk_connect_timeout == 12
+    cfg = DLogConfig.load(zkSessionTimeoutSeconds=12, zkConnectionTimeoutSeconds=3)
+    assert cfg.zk_connect_timeout == 3
 
 
 def test_nested_client_defaults_equal_client_config() -> None:
