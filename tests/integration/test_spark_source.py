@@ -322,7 +322,7 @@ def test_query_killed_mid_batch_restarts_from_checkpoint_without_gaps_or_duplica
 
 
 def test_bad_options_fail_with_a_message_naming_the_option(
-    spark: SparkSession, ns: Namespace, sandbox: Sandbox
+    spark: SparkSession, ns: Namespace, sandbox: Sandbox, tmp_path: Path
 ) -> None:
     uri = sandbox.namespace_uri
     ns.open_log("exists")  # created on open
@@ -333,7 +333,8 @@ def test_bad_options_fail_with_a_message_naming_the_option(
         ),
         (
             spark.read.format("dlog").option("stream", "exists"),
-            "dlog source option 'uri': is required",
+            "dlog source option 'uri': is required: the namespace URI, "
+            "e.g. distributedlog://127.0.0.1:2181/messaging",
         ),
         (
             source(spark, uri, "exists,no-such-stream"),
@@ -343,4 +344,29 @@ def test_bad_options_fail_with_a_message_naming_the_option(
     for reader, message in cases:
         with pytest.raises(Exception) as info:
             reader.load().collect()
-        assert message in str(info.value)
+        text = str(info.value)
+        assert message in text
+        # Spark's error wraps it in tracebacks; source_error is its one line.
+        assert len(text.splitlines()) > 1
+        assert dlog.spark.source_error(info.value) == message
+
+    # A streaming query meets endingPosition only once it runs: the error
+    # comes out of the query (StreamingQueryException), the dlog line in it.
+    query = (
+        spark.readStream.format("dlog")
+        .option("uri", uri)
+        .option("stream", "exists")
+        .option("endingPosition", "latest")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(Exception) as info:
+        query.awaitTermination(120)
+    assert len(str(info.value).splitlines()) > 1
+    assert dlog.spark.source_error(info.value) == (
+        "dlog source option 'endingPosition': is for batch reads (spark.read) only, "
+        "not for readStream"
+    )
