@@ -96,6 +96,7 @@ __all__ = [
     "DRY_RUN",
     "FAILED",
     "MigrationResult",
+    "format_word",
     "migrate_stream",
     "migrate_subscriber",
     "migrate_subscriptions",
@@ -124,11 +125,20 @@ _TARGETS = {
 
 def target_format(name: str) -> str:
     """``zk``/``zookeeper`` or ``log-segment``: the znode format (ZK_FORMAT
-    or SEGMENT_FORMAT); ValueError for anything else."""
-    fmt = _TARGETS.get(name.strip().lower())
+    or SEGMENT_FORMAT); ValueError for anything else. (Tools print a
+    format in the word the user gave, :func:`format_word`.)"""
+    fmt = _TARGETS.get(format_word(name))
     if fmt is None:
-        raise ValueError(f"unknown subscriptions format {name!r}: expected log-segment or zk")
+        raise ValueError(
+            f"unknown subscriptions format {name!r}: expected zk (or zookeeper) or log-segment"
+        )
     return fmt
+
+
+def format_word(name: str) -> str:
+    """A format name as the user spelt it, normalised for printing back:
+    ``--to zk`` prints ``zk``, ``--to zookeeper`` prints ``zookeeper``."""
+    return name.strip().lower()
 
 
 @dataclasses.dataclass(frozen=True)

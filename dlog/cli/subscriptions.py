@@ -3,20 +3,23 @@
     export DLOG_URI=distributedlog://127.0.0.1:2181/messaging
     dlog subscriptions list events
     dlog subscriptions show events billing
-    dlog subscriptions reset events billing --to earliest|latest|1/42/0 [--force]
+    dlog subscriptions reset events billing --to earliest|latest|1/42/0 [--format zk|log-segment] [--force]
     dlog subscriptions delete events billing [--force]
-    dlog subscriptions migrate --to log-segment [--stream events] [--dry-run]
+    dlog subscriptions migrate --to log-segment|zk [--stream events] [--dry-run]
 
 ``list`` and ``show`` are admin reads: they never fence a running consumer
 and read both znode formats (DistributedLog's base64 DLSN, and the
 log-segment store's ``Subscription``). While a log-segment consumer is
 alive they may lag its newest commits (in flight, or acknowledged a moment
 ago); once its ZooKeeper session is gone they include every acknowledged
-commit. ``show`` says which case applies. ``reset`` takes ownership with the
-store the configuration selects (``logSegmentBasedSubscriptionsStoreEnabled``
-from ``--conf``/``--set``), which fences a running consumer, sets the
-position (backwards too) and releases it gracefully. ``migrate`` converts
-subscriptions between the two formats (see ``subscriptions.migrate``).
+commit. ``show`` says which case applies. ``reset`` takes ownership with a
+store of the subscriber's current format (so a log-segment consumer is not
+silently converted; ``--format`` converts, a new subscriber gets the format
+``logSegmentBasedSubscriptionsStoreEnabled`` selects), which fences a
+running consumer, sets the position (backwards too) and releases it
+gracefully. ``migrate`` converts subscriptions between the two formats (see
+``subscriptions.migrate``). Both print a format in the word given
+(``--to zk`` prints ``zk``).
 
 Every command takes ``--uri`` (default ``$DLOG_URI``), ``--conf`` and
 ``--set key=value``; none of them creates a namespace or a stream.
@@ -24,6 +27,7 @@ Every command takes ``--uri`` (default ``$DLOG_URI``), ``--conf`` and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -287,6 +291,14 @@ def reset(
         help="earliest (re-read everything), latest (skip every record written so far), "
         "or a DLSN (base64, S/E/N or DLSN{...}): the consumer resumes after it.",
     ),
+    format_name: str | None = typer.Option(
+        None,
+        "--format",
+        help="Write this format, converting the subscriber: zk (or zookeeper) or log-segment. "
+        "Default: keep its current format; a new subscriber gets the configured one "
+        "(logSegmentBasedSubscriptionsStoreEnabled).",
+        show_default=False,
+    ),
     force: bool = ForceOption,
     uri: str | None = UriOption,
     conf: Path | None = ConfOption,
@@ -294,19 +306,36 @@ def reset(
 ) -> None:
     """Set a subscriber's committed position, backwards too (asks first unless --force).
 
-    Takes ownership with the store the configuration selects
-    (logSegmentBasedSubscriptionsStoreEnabled), so a running consumer is
-    fenced: it fails on its next commit and, reopened, resumes after --to.
-    A subscriber that does not exist yet is created at --to.
+    Takes ownership with a store of the subscriber's current format (or
+    --format's, converting it), so a running consumer is fenced: it fails on
+    its next commit and, reopened, resumes after --to. A subscriber that
+    does not exist yet is created at --to, in the format the configuration
+    selects (logSegmentBasedSubscriptionsStoreEnabled); one whose segment is
+    lost keeps the format its znode is in. Says which format it wrote.
     """
     from dlog.dlsn import NonInclusiveLowerBound
     from dlog.errors import LogEmptyError, SubscriptionCorruptedError
+    from subscriptions.factory import configured_format, store_for
+    from subscriptions.format import SEGMENT_FORMAT, ZK_FORMAT, SegmentSubscription
+    from subscriptions.migrate import format_word, target_format
 
     _check_id(subscriber_id)
     choice = to.strip().lower()
     target = None if choice in ("earliest", "latest") else dlsn_option(to, "--to")
+    wanted = None
+    if format_name is not None:
+        try:
+            wanted = target_format(format_name)
+        except ValueError as e:
+            raise fail(f"--format: {e}", 2) from None
 
-    async def body(ns: Namespace) -> tuple[SubscriberInfo | None, SubscriberInfo, str | None]:
+    def word(fmt: str) -> str:
+        """A format as --format spelt it (``zk``), else its own name."""
+        return format_word(format_name) if format_name is not None and fmt == wanted else fmt
+
+    async def body(
+        ns: Namespace,
+    ) -> tuple[SubscriberInfo | None, SubscriberInfo, str | None, str | None, str]:
         lm = await ns.open_log(stream)
         note = None
         dlsn = target
@@ -321,42 +350,63 @@ def reset(
         assert dlsn is not None
         admin = _admin_store(lm)
         before: SubscriberInfo | None
+        current: str | None  # the subscriber's format; None for a new one
         try:
             before = await admin.describe(subscriber_id)
+            current = None if before.format == "none" else before.format
         except SubscriptionCorruptedError as e:
-            # Reset is the way out of a lost segment: say what is lost.
+            # Reset is the way out of a lost segment: say what is lost, and
+            # keep the format its znode is in (a segment is only ever lost
+            # in the log-segment format).
             before = None
             err_console.print(f"[yellow]note: {escape(str(e))}[/]")
+            znode = (await admin.read_znode(subscriber_id))[0]
+            current = SEGMENT_FORMAT if isinstance(znode, SegmentSubscription) else ZK_FORMAT
+            if znode is None:  # deleted since: a new subscriber
+                current = None
+        fmt = wanted or current or configured_format(lm.context.conf)
         if not force:
             if before is None:
                 was = "its position is unreadable"
-            elif before.format == "none":
+            elif current is None:
                 was = "new subscriber"
             else:
                 was = f"now {short(before.position)}"
+            converting = f", converting it from {current}" if current not in (None, fmt) else ""
             typer.confirm(
                 f"Reset subscriber {subscriber_id!r} of stream {stream!r} to {short(dlsn)} "
-                f"({was})? A running consumer is fenced.",
+                f"({was}) in the {word(fmt)} format{converting}? A running consumer is fenced.",
                 abort=True,
                 err=True,
             )
-        store = lm.subscriptions
-        await store.reset_position(subscriber_id, dlsn)
-        await store.release(subscriber_id)
+        store = store_for(lm.context, fmt)
+        try:
+            await store.reset_position(subscriber_id, dlsn)
+            await store.release(subscriber_id)
+        finally:
+            await store.close()
         after = await admin.describe(subscriber_id)
-        return before, after, note
+        return before, after, note, current, fmt
 
-    before, after, note = run_namespace(uri, conf, set_, body)
+    before, after, note, current, fmt = run_namespace(uri, conf, set_, body)
     if note:
         err_console.print(f"[yellow]note: {escape(note)}[/]")
     if before is None:
         was = "unreadable"
+    elif current is None:
+        was = "new"
     else:
-        was = "new" if before.format == "none" else short(before.position)
+        was = short(before.position)
+    converted = f", converted from {current}" if current not in (None, fmt) else ""
     console.print(
         f"subscriber {escape(subscriber_id)} of stream {escape(stream)}: {was} -> "
-        f"{short(after.position)} ({after.format} format)"
+        f"{short(after.position)} (wrote the {word(fmt)} format{converted})"
     )
+    if after.format != fmt:
+        err_console.print(
+            f"[yellow]note: it is in the {after.format} format again: a consumer in that "
+            "format took it over since[/]"
+        )
     print(f"{after.position}")
     print(after.position.serialize())
 
@@ -369,7 +419,10 @@ def reset(
 @app.command("migrate")
 def migrate(
     to: str = typer.Option(
-        ..., "--to", help="Target format: log-segment or zk.", show_default=False
+        ...,
+        "--to",
+        help="Target format: log-segment, or zk (zookeeper); the output uses the word given.",
+        show_default=False,
     ),
     stream: list[str] | None = typer.Option(
         None, "--stream", help="Only this stream (repeatable; default: every stream)."
@@ -390,12 +443,16 @@ def migrate(
     meanwhile, never earlier. Subscriptions already in the target format are
     only verified ("already"). Exits 1 if any subscriber FAILED.
     """
-    from subscriptions.migrate import target_format
+    from subscriptions.migrate import format_word, target_format
 
     try:
         fmt = target_format(to)
     except ValueError as e:
         raise fail(f"--to: {e}", 2) from None
+
+    def word(name: str | None) -> str | None:
+        """The target format as --to spelt it (``zk``); any other as named."""
+        return format_word(to) if name == fmt else name
 
     async def body(ns: Namespace) -> list[MigrationResult]:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -411,7 +468,7 @@ def migrate(
             transient=True,
         )
         task = progress.add_task(
-            "checking" if dry_run else f"converting to {fmt}", total=None, current=""
+            "checking" if dry_run else f"converting to {word(fmt)}", total=None, current=""
         )
 
         def on_plan(todo: list[tuple[str, str]]) -> None:
@@ -434,7 +491,7 @@ def migrate(
     if not results:
         err_console.print("[yellow]no subscribers to migrate[/]")
         return
-    print_table(_migration_table(results, fmt, dry_run))
+    print_table(_migration_table(results, format_word(to), word, dry_run))
     failed = [r for r in results if not r.ok]
     counts: dict[str, int] = {}
     for r in results:
@@ -445,8 +502,14 @@ def migrate(
         raise typer.Exit(1)
 
 
-def _migration_table(results: list[MigrationResult], fmt: str, dry_run: bool) -> Table:
-    title = f"subscriptions -> {fmt}" + (" (dry run: nothing written)" if dry_run else "")
+def _migration_table(
+    results: list[MigrationResult],
+    target: str,
+    word: Callable[[str | None], str | None],
+    dry_run: bool,
+) -> Table:
+    """One row per subscriber; ``word`` prints a format (the target as --to spelt it)."""
+    title = f"subscriptions -> {target}" + (" (dry run: nothing written)" if dry_run else "")
     table = Table(title=title)
     for col in (
         "stream",
@@ -463,8 +526,8 @@ def _migration_table(results: list[MigrationResult], fmt: str, dry_run: bool) ->
         table.add_row(
             escape(r.stream),
             escape(r.subscriber_id),
-            r.format_before or "-",
-            r.format_after or "-",
+            word(r.format_before) or "-",
+            word(r.format_after) or "-",
             short(r.position_before) if r.position_before is not None else "-",
             short(r.position_after) if r.position_after is not None else "-",
             f"[{style}]{escape(r.result_text)}[/]",

@@ -164,58 +164,150 @@ async def test_reset_earliest_latest_and_a_dlsn_fences_the_owner(uri: str, strea
         # Without --force it asks; "n" changes nothing.
         r = await dlog("reset", stream, "app", "--to", "earliest", uri=uri, input="n\n")
         assert r.returncode != 0 and "Aborted" in r.stderr
+        assert "in the log-segment format?" in r.stderr, r.stderr
         assert await admin.get_last_commit_position("app") == dlsns[12]
 
-        # earliest with the ZooKeeper store (the default flag): a consumer
-        # re-reads everything; the live log-segment owner is fenced.
+        # earliest, without --format: the subscriber keeps its log-segment
+        # format although the configuration selects the ZooKeeper store; the
+        # live owner is fenced.
         out = ok(await dlog("reset", stream, "app", "--to", "earliest", "--force", uri=uri))
-        assert "zookeeper format" in out
+        assert "(wrote the log-segment format)" in out, out
         assert out.splitlines()[-1] == NonInclusiveLowerBound.serialize()
-        assert (await admin.read_znode("app"))[0] == ZkPosition(NonInclusiveLowerBound)
+        znode = (await admin.read_znode("app"))[0]
+        assert isinstance(znode, SegmentSubscription)
+        assert (znode.segment_id, znode.last_commit) == (None, NonInclusiveLowerBound)
         with pytest.raises(SubscriptionFencedError):
             await live.advance_commit_position("app", dlsns[13])
+
+        # --format converts, and the output says so in the word given.
+        out = ok(
+            await dlog(
+                "reset", stream, "app", "--to", "earliest", "--format", "zk", "--force", uri=uri
+            )
+        )
+        assert "(wrote the zk format, converted from log-segment)" in out, out
+        assert (await admin.read_znode("app"))[0] == ZkPosition(NonInclusiveLowerBound)
         consumer = await (await ns.open_log(stream)).subscribe("app")
         assert (await consumer.read(timeout=10)).dlsn == dlsns[0]
         await consumer.close()
 
-        # latest with the log-segment store, confirmed with "y".
-        out = ok(
-            await dlog(
-                "reset",
-                stream,
-                "app",
-                "--to",
-                "latest",
-                "--set",
-                "logSegmentBasedSubscriptionsStoreEnabled=true",
-                uri=uri,
-                input="y\n",
-            )
+        # latest, converting back, confirmed with "y".
+        r = await dlog(
+            "reset",
+            stream,
+            "app",
+            "--to",
+            "latest",
+            "--format",
+            "log-segment",
+            uri=uri,
+            input="y\n",
         )
-        assert "log-segment format" in out
+        assert "in the log-segment format, converting it from zookeeper?" in r.stderr, r.stderr
+        assert "(wrote the log-segment format, converted from zookeeper)" in ok(r)
         znode = (await admin.read_znode("app"))[0]
         assert isinstance(znode, SegmentSubscription)
         assert (znode.segment_id, znode.last_commit) == (None, dlsns[-1])
 
-        # Backwards to a DLSN, in each accepted form.
+        # Backwards to a DLSN, in each accepted form; the format stays.
         for text in (str(dlsns[4]), dlsns[4].serialize(), "/".join(map(str, dlsns[4]))):
             out = ok(await dlog("reset", stream, "app", "--to", text, "--force", uri=uri))
             assert out.splitlines()[-2] == str(dlsns[4]), out
+            assert "(wrote the log-segment format)" in out, out
+        assert isinstance((await admin.read_znode("app"))[0], SegmentSubscription)
         assert await admin.get_last_commit_position("app") == dlsns[4]
         consumer = await (await ns.open_log(stream)).subscribe("app")
         assert (await consumer.read(timeout=10)).dlsn == dlsns[5]
         await consumer.close()
 
-        # A new subscriber can be created at a position.
-        ok(await dlog("reset", stream, "newbie", "--to", "latest", "--force", uri=uri))
-        assert await admin.get_last_commit_position("newbie") == dlsns[-1]
+        # A new subscriber is created at a position, in the configured format.
+        out = ok(await dlog("reset", stream, "newbie", "--to", "latest", "--force", uri=uri))
+        assert "new -> " in out and "(wrote the zookeeper format)" in out, out
+        assert (await admin.read_znode("newbie"))[0] == ZkPosition(dlsns[-1])
+        out = ok(
+            await dlog(
+                "reset",
+                stream,
+                "segment-newbie",
+                "--to",
+                "latest",
+                "--force",
+                "--set",
+                "logSegmentBasedSubscriptionsStoreEnabled=true",
+                uri=uri,
+            )
+        )
+        assert "(wrote the log-segment format)" in out, out
+        assert isinstance((await admin.read_znode("segment-newbie"))[0], SegmentSubscription)
+        # --format zookeeper on one already in that format: kept, in that word.
+        out = ok(
+            await dlog(
+                "reset",
+                stream,
+                "newbie",
+                "--to",
+                "earliest",
+                "--format",
+                "zookeeper",
+                "--force",
+                uri=uri,
+            )
+        )
+        assert "(wrote the zookeeper format)" in out, out
 
+        line = error_line(
+            await dlog("reset", stream, "app", "--to", "earliest", "--format", "etcd", uri=uri), 2
+        )
+        assert "--format" in line and "zk" in line and "log-segment" in line, line
         error_line(await dlog("reset", stream, "app", "--to", "1/2", "--force", uri=uri), 2)
         error_line(await dlog("reset", stream, "a/b", "--to", "earliest", "--force", uri=uri), 2)
         error_line(await dlog("reset", "missing", "app", "--to", "earliest", "--force", uri=uri))
         assert not await ns.log_exists("missing")
     finally:
         await seg_ns.close()
+        await ns.close()
+
+
+async def test_migrate_prints_formats_in_the_word_given(uri: str, stream: str) -> None:
+    """--to zk and --to zookeeper both work; the table says the word given."""
+    ns = await open_ns(uri)
+    try:
+        lm = await ns.open_log(stream)
+        for sid in ("a", "b"):
+            await lm.subscriptions.reset_position(sid, DLSN(1, 2, 0))
+        admin = ZKSubscriptionsStore(lm.context)
+
+        def rows(out: str) -> list[list[str]]:
+            return [
+                [cell.strip() for cell in line.split("│")[1:-1]]
+                for line in out.splitlines()
+                if line.startswith("│") and f" {stream} " in line
+            ]
+
+        async def migrate(to: str) -> str:
+            return ok(await dlog("migrate", "--to", to, "--stream", stream, uri=uri))
+
+        out = await migrate("zk")
+        assert "subscriptions -> zk" in out and "zookeeper" not in out, out
+        assert [r[2:4] + r[6:] for r in rows(out)] == [["zk", "zk", "already"]] * 2, out
+
+        out = await migrate("log-segment")
+        assert [r[2:4] + r[6:] for r in rows(out)] == [
+            ["zookeeper", "log-segment", "converted"]
+        ] * 2, out
+
+        out = await migrate("zk")
+        assert "subscriptions -> zk" in out and "zookeeper" not in out, out
+        assert [r[2:4] + r[6:] for r in rows(out)] == [["log-segment", "zk", "converted"]] * 2
+        assert (await admin.read_znode("a"))[0] == ZkPosition(DLSN(1, 2, 0))
+
+        out = await migrate("zookeeper")
+        assert "subscriptions -> zookeeper" in out and " zk " not in out, out
+        assert [r[2:4] + r[6:] for r in rows(out)] == [["zookeeper", "zookeeper", "already"]] * 2
+
+        line = error_line(await dlog("migrate", "--to", "etcd", uri=uri), 2)
+        assert "--to" in line and "zk" in line and "log-segment" in line, line
+    finally:
         await ns.close()
 
 
@@ -276,8 +368,13 @@ async def test_a_subscription_whose_segment_is_gone(uri: str, stream: str) -> No
         [row] = [r for r in out.splitlines() if " ok " in r]
         assert str(dlsns[2]) in row, row
 
-        ok(await dlog("reset", stream, "broken", "--to", str(dlsns[3]), "--force", uri=uri))
+        # Reset keeps the format the znode is in (the configuration selects
+        # the ZooKeeper store here).
+        r = await dlog("reset", stream, "broken", "--to", str(dlsns[3]), "--force", uri=uri)
+        assert f"ledger {segment}" in r.stderr, r.stderr  # says what is lost
+        assert "unreadable -> " in ok(r) and "(wrote the log-segment format)" in r.stdout, r.stdout
         out = ok(await dlog("show", stream, "broken", uri=uri))
         assert field(out, "position") == str(dlsns[3])
+        assert field(out, "format") == "log-segment"
     finally:
         await seg_ns.close()
