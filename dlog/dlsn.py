@@ -218,6 +218,10 @@ def parse_dlsn(text: str) -> DLSN:
     Accepts the base64 form, DistributedLog's ``toString`` form
     ``DLSN{logSegmentSequenceNo=1, entryId=2, slotId=3}``, ``1/2/3`` and
     ``1:2:3``. Surrounding whitespace is ignored here (and only here).
+    Fields may be negative, as DistributedLog's own ``InvalidDLSN``
+    (0/-1/-1) and ``NonInclusiveLowerBound`` (1/0/-1) are. The forms never
+    overlap: base64 of a DLSN always ends in ``=``. This is the one parser
+    of human-typed DLSNs; the CLI reaches it through ``dlsn_option``.
     """
     if not isinstance(text, str):
         raise InvalidDLSNError(f"DLSN text must be a str, not {type(text).__name__}")

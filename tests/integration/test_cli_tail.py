@@ -11,10 +11,12 @@ import time
 
 import pytest
 
+from dlog import positions
 from dlog.conf.dlog import DLogConfig
 from dlog.dlsn import DLSN, InitialDLSN, InvalidDLSN, NonInclusiveLowerBound
 from dlog.namespace import Namespace
 from dlog.record import LogRecord
+from dlog.segment_reader import RecordSpan
 from tests.integration.test_stream_cli import _Lines, _stop, _tail_follow, dlog, error_line, ok
 
 pytestmark = pytest.mark.integration
@@ -59,6 +61,11 @@ async def write_segments(uri: str, stream: str, segments: list[list[list[str]]])
 
 def entries_of(rows: Rows) -> list[tuple[int, int]]:
     return sorted({(d.log_segment_sequence_no, d.entry_id) for d, _ in rows})
+
+
+async def last_records(uri: str, stream: str, n: int) -> RecordSpan | None:
+    async with await Namespace.open(uri, DLogConfig(), bind=True) as ns:
+        return await positions.last_records((await ns.open_log(stream)).context, n)
 
 
 async def delete_ledger_of_segment(uri: str, stream: str, index: int) -> None:
@@ -153,6 +160,9 @@ def test_n_skips_truncated_records(uri: str) -> None:
     assert tail(uri, "trunc", "-n", "6") == rows[3:]
     assert tail(uri, "trunc", "-n", "5") == rows[4:]
     assert tail(uri, "trunc") == rows[3:]
+    # The reader would skip b0 anyway; what the walk reports must skip it too.
+    assert asyncio.run(last_records(uri, "trunc", 7)) == RecordSpan(rows[3][0], rows[-1][0], 6)
+    assert asyncio.run(last_records(uri, "trunc", 2)) == RecordSpan(rows[-2][0], rows[-1][0], 2)
 
 
 async def test_n_reads_an_in_progress_segment_up_to_its_lac(uri: str) -> None:
@@ -177,6 +187,31 @@ async def test_n_reads_an_in_progress_segment_up_to_its_lac(uri: str) -> None:
             assert await asyncio.to_thread(tail, uri, "live", "-n", "4") == rows[-4:]
             assert await asyncio.to_thread(tail, uri, "live", "-n", "7") == rows[-7:]
             assert await asyncio.to_thread(tail, uri, "live", "-n", "50") == rows
+
+            # Records written while it runs are not among the last N that
+            # existed when it started: it prints N and stops.
+            stop = asyncio.Event()
+
+            async def keep_writing() -> list[DLSN]:
+                written = []
+                deadline = time.monotonic() + 10
+                while not stop.is_set() and time.monotonic() < deadline:
+                    txid = writer.last_txid + 1
+                    written.append(await writer.write(LogRecord(txid, f"w{txid}".encode())))
+                    await asyncio.sleep(0.02)
+                return written
+
+            task = asyncio.create_task(keep_writing())
+            try:
+                got = await asyncio.to_thread(tail, uri, "live", "-n", "3")
+            finally:
+                stop.set()
+                written = await task
+            assert len(written) > 3  # the writes overlapped the tail
+            everything = [d for d, _ in rows] + written
+            assert len(got) == 3, got
+            i = everything.index(got[0][0])
+            assert [d for d, _ in got] == everything[i : i + 3]
         finally:
             await writer.close()
 

@@ -189,11 +189,28 @@ def test_base64_round_trip(d: DLSN) -> None:
 def test_parse_dlsn_accepts_every_human_form(d: DLSN) -> None:
     s, e, n = d
     assert parse_dlsn(d.serialize()) == d
+    assert parse_dlsn(d.serialize(0)) == d
     assert parse_dlsn(str(d)) == d
     assert parse_dlsn(f"{s}/{e}/{n}") == d
     assert parse_dlsn(f"{s}:{e}:{n}") == d
     assert parse_dlsn(f"  {s}/{e}/{n}\n") == d
     assert parse_dlsn(f"DLSN{{ logSegmentSequenceNo = {s} ,entryId={e},  slotId={n} }}") == d
+
+
+@pytest.mark.parametrize(
+    "d",
+    [
+        InitialDLSN,  # 1/0/0
+        NonInclusiveLowerBound,  # 1/0/-1
+        InvalidDLSN,  # 0/-1/-1
+        DLSN(-1, 0, 0),  # no special value: before every record
+        DLSN(-(2**63), 2**63 - 1, -1),
+    ],
+)
+def test_parse_dlsn_reads_distributedlogs_special_and_negative_dlsns(d: DLSN) -> None:
+    s, e, n = d
+    forms = [d.serialize(), d.serialize(0), str(d), f"{s}/{e}/{n}", f"{s}:{e}:{n}"]
+    assert [parse_dlsn(text) for text in forms] == [d] * len(forms)
 
 
 # ---------------------------------------------------------------------------
