@@ -42,8 +42,8 @@ def _dlsn(words: list[str], command: str) -> DLSN:
 def dlsn_serialize(
     words: list[str] = typer.Argument(
         ...,
-        metavar="SEQ ENTRY SLOT | DLSN",
-        help=f"The three numbers, or one DLSN: {_FORMS}.",
+        metavar="DLSN",
+        help=f"A DLSN: {_FORMS}, or its three numbers SEQ ENTRY SLOT.",
         show_default=False,
     ),
 ) -> None:
@@ -55,8 +55,8 @@ def dlsn_serialize(
 def dlsn_deserialize(
     words: list[str] = typer.Argument(
         ...,
-        metavar="SEQ ENTRY SLOT | DLSN",
-        help=f"The three numbers, or one DLSN: {_FORMS}.",
+        metavar="DLSN",
+        help=f"A DLSN: {_FORMS}, or its three numbers SEQ ENTRY SLOT.",
         show_default=False,
     ),
 ) -> None:

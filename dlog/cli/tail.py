@@ -76,7 +76,8 @@ def tail(
     limit: int | None = typer.Option(
         None,
         "--limit",
-        help="Print the first N records from --from (default: earliest), then stop.",
+        help="Print the first N records from --from (default: earliest), then stop "
+        "(with --follow, once N have come).",
         show_default=False,
     ),
     follow: bool = typer.Option(
