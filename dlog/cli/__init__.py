@@ -33,6 +33,7 @@ def build_app() -> typer.Typer:
     from dlog.cli import bookie as _bookie
     from dlog.cli import conf as _conf
     from dlog.cli import dlsn as _dlsn
+    from dlog.cli import namespace as _namespace
     from dlog.cli import sandbox as _sandbox
     from dlog.cli import shell as _shell
     from dlog.cli import stream as _stream
@@ -50,6 +51,7 @@ def build_app() -> typer.Typer:
     app.add_typer(_shell.app, name="shell")
     app.add_typer(_conf.app, name="conf")
     app.add_typer(_sandbox.app, name="sandbox")
+    app.add_typer(_namespace.app, name="namespace")
     app.add_typer(_stream.app, name="stream")
     app.command("write")(_write.write)
     app.command("tail")(_tail.tail)

@@ -1,6 +1,12 @@
 """``dlog write``: each line of stdin becomes a record.
 
 seq 3 | dlog write events            # last line of stdout: the last DLSN
+
+It never creates the namespace (``dlog namespace create`` does). It creates
+a missing stream only if ``createStreamIfNotExists`` (DistributedLog's
+setting, true by default), and a stream it created that ends up holding no
+record (the first write failed, e.g. "not enough bookies", or stdin was
+empty) is deleted again: a failed first write leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich.markup import escape
 
 from dlog.cli.common import (
     ConfOption,
@@ -27,10 +34,19 @@ from dlog.cli.common import (
     run_namespace,
     short,
 )
+from dlog.errors import (
+    DLogError,
+    LockingError,
+    LogExistsError,
+    LogNotFoundError,
+    WriteFencedError,
+)
 
 if TYPE_CHECKING:
     from dlog.dlsn import DLSN
+    from dlog.log import LogManager
     from dlog.namespace import Namespace
+    from dlog.writer import LogWriter
 
 #: Records in flight before waiting for the oldest to be durable.
 WRITE_WINDOW = 20_000
@@ -94,59 +110,18 @@ def write(
 
     Each line becomes one record without its line ending (empty lines are
     empty records). At the end of stdin it prints the record count, then the
-    last DLSN in base64 alone on the last line of stdout. Creates the stream
-    if it does not exist (createStreamIfNotExists).
+    last DLSN in base64 alone on the last line of stdout. The namespace must
+    exist (dlog namespace create). A missing stream is created if
+    createStreamIfNotExists (the default); a write that leaves no record in
+    a stream it created (it failed, or stdin was empty) removes it again.
     """
-    from dlog.record import LogRecord
-
     if sys.stdin is None:
         raise fail("no stdin to read records from", 2)
     show_progress = progress and not sys.stdin.isatty()
 
     async def body(ns: Namespace) -> tuple[int, int, DLSN | None]:
-        lm = await ns.open_log(stream)
-        writer = await lm.open_writer()
-        try:
-            if txid_start is not None:
-                txid = txid_start
-            elif await lm.store.get_segments(stream):
-                txid = writer.last_txid + 1
-            else:
-                txid = int(time.time() * 1000)
-            first_txid = txid
-            window: collections.deque[asyncio.Future[DLSN]] = collections.deque()
-            count = 0
-            last: DLSN | None = None
-            chunks = _StdinChunks(sys.stdin.buffer, asyncio.get_running_loop())
-            bar = _progress() if show_progress else None
-            task = bar.add_task("write", total=None) if bar else None
-            with bar or contextlib.nullcontext():
-                rest = b""
-                while True:
-                    chunk = await chunks.next()
-                    if chunk:
-                        lines = (rest + chunk).split(b"\n")
-                        rest = lines.pop()
-                    else:
-                        lines, rest = ([rest] if rest else []), b""
-                    for line in lines:
-                        if line.endswith(b"\r"):
-                            line = line[:-1]
-                        window.append(writer.write_nowait(LogRecord(txid, line)))
-                        txid += 1
-                        count += 1
-                    while len(window) > WRITE_WINDOW:
-                        last = await window.popleft()
-                    if bar is not None and task is not None:
-                        bar.update(task, completed=count)
-                    if not chunk:
-                        break
-                await writer.flush()
-                for fut in window:
-                    last = await fut
-        finally:
-            await writer.close()
-        return count, first_txid, last
+        lm, created = await _open_stream(ns, stream)
+        return await _write_stdin(ns, lm, stream, created, txid_start, show_progress)
 
     count, first_txid, last = run_namespace(uri, conf, set_, body, create_streams=True)
     if count == 0:
@@ -158,6 +133,122 @@ def write(
         f"last DLSN {short(last)}"
     )
     print(last.serialize())
+
+
+async def _open_stream(ns: Namespace, stream: str) -> tuple[LogManager, bool]:
+    """The stream, and whether this call created it (only if
+    ``createStreamIfNotExists``, DistributedLog's default)."""
+    created = False
+    if not await ns.log_exists(stream):
+        if not ns.conf.create_stream_if_not_exists:
+            raise LogNotFoundError(
+                f"stream {stream!r} does not exist in {ns.uri} and createStreamIfNotExists "
+                f"is false: create it with `dlog stream create {stream}`"
+            )
+        with contextlib.suppress(LogExistsError):  # created meanwhile: not ours
+            await ns.create_log(stream)
+            created = True
+    return await ns.open_log(stream), created
+
+
+async def _write_stdin(
+    ns: Namespace,
+    lm: LogManager,
+    stream: str,
+    created: bool,
+    txid_start: int | None,
+    show_progress: bool,
+) -> tuple[int, int, DLSN | None]:
+    """Write each line of stdin as a record: (count, first txid, last DLSN).
+
+    If this call created the stream and no record of it is acknowledged
+    (the write failed, or stdin was empty), the stream is deleted again."""
+    writer = await lm.open_writer()
+    try:
+        had_segments = bool(await lm.store.get_segments(stream))
+        # Ours to discard: created by this call, and no one wrote to it
+        # before this writer took the lock (no one else can while it holds it).
+        discard = created and not had_segments
+        if txid_start is not None:
+            txid = txid_start
+        elif had_segments:
+            txid = writer.last_txid + 1
+        else:
+            txid = int(time.time() * 1000)
+        try:
+            count, last = await _copy_stdin(writer, txid, show_progress)
+        except BaseException as e:
+            # Lost lock or fenced: another writer owns the stream now.
+            if discard and not isinstance(e, (LockingError, WriteFencedError)):
+                await _discard_unwritten(ns, lm, writer, stream)
+            raise
+        if discard and count == 0:
+            await _discard_unwritten(ns, lm, writer, stream)
+    finally:
+        await writer.close()
+    return count, txid, last
+
+
+async def _copy_stdin(writer: LogWriter, txid: int, show_progress: bool) -> tuple[int, DLSN | None]:
+    """Lines of stdin as records from ``txid`` on: (count, last DLSN)."""
+    from dlog.record import LogRecord
+
+    window: collections.deque[asyncio.Future[DLSN]] = collections.deque()
+    count = 0
+    last: DLSN | None = None
+    chunks = _StdinChunks(sys.stdin.buffer, asyncio.get_running_loop())
+    bar = _progress() if show_progress else None
+    task = bar.add_task("write", total=None) if bar else None
+    with bar or contextlib.nullcontext():
+        rest = b""
+        while True:
+            chunk = await chunks.next()
+            if chunk:
+                lines = (rest + chunk).split(b"\n")
+                rest = lines.pop()
+            else:
+                lines, rest = ([rest] if rest else []), b""
+            for line in lines:
+                if line.endswith(b"\r"):
+                    line = line[:-1]
+                window.append(writer.write_nowait(LogRecord(txid, line)))
+                txid += 1
+                count += 1
+            while len(window) > WRITE_WINDOW:
+                last = await window.popleft()
+            if bar is not None and task is not None:
+                bar.update(task, completed=count)
+            if not chunk:
+                break
+        await writer.flush()
+        for fut in window:
+            last = await fut
+    return count, last
+
+
+async def _discard_unwritten(ns: Namespace, lm: LogManager, writer: LogWriter, stream: str) -> None:
+    """Delete the stream this call created unless a record of it is
+    acknowledged, while ``writer`` still holds its lock: a failed (or
+    empty) first write leaves nothing behind, not even the segment and
+    ledger it started. What is still in flight is settled first (an
+    interrupted write may yet be acknowledged); a stream someone has
+    subscribed to meanwhile is kept."""
+    from dlog.dlsn import DLSN
+
+    try:
+        with contextlib.suppress(DLogError):
+            await writer.flush()
+        if writer.last_dlsn != DLSN.INVALID:
+            return
+        if await lm.subscriptions.list_subscribers():
+            return
+        await ns.delete_log(stream)
+    except DLogError as e:
+        err_console.print(
+            f"[yellow]warning: could not remove stream {escape(stream)}, created by this "
+            f"write: {escape(str(e))}[/]",
+            soft_wrap=True,
+        )
 
 
 def _progress():  # type: ignore[no-untyped-def]
