@@ -68,7 +68,7 @@ def _run_zk(ns_uri: str, cfg: DLogConfig, body: Callable[[ZooKeeper], Awaitable[
 
     async def go() -> T:
         zk = ZooKeeper(parse_namespace_uri(ns_uri).hosts, timeout=cfg.zk_session_timeout_seconds)
-        await zk.start(timeout=cfg.zk_session_timeout_seconds)
+        await zk.start(timeout=cfg.zk_connect_timeout, setting="zkConnectionTimeoutSeconds")
         try:
             return await body(zk)
         finally:

@@ -228,6 +228,14 @@ def test_namespace_create_arguments(sandbox: Sandbox) -> None:
     assert field(ok(dlog("namespace", "show", b)), "ledgers uri") == empty
 
 
+def test_namespace_commands_report_an_unreachable_zookeeper_in_seconds() -> None:
+    for command in ("create", "show"):
+        t0 = time.monotonic()
+        line = error_line(dlog("namespace", command, "distributedlog://127.0.0.1:1/ns"))
+        assert "within 5 s (zkConnectionTimeoutSeconds)" in line, line
+        assert time.monotonic() - t0 < 20
+
+
 def test_namespace_create_refuses_a_namespace_inside_another(sandbox: Sandbox) -> None:
     inner = f"{sandbox.namespace_uri}/{unique('inner')}"
     line = error_line(dlog("namespace", "create", inner))
