@@ -177,9 +177,8 @@ async def _write_stdin(
             txid = int(time.time() * 1000)
         try:
             count, last = await _copy_stdin(writer, txid, show_progress)
-        except BaseException as e:
-            # Lost lock or fenced: another writer owns the stream now.
-            if discard and not isinstance(e, (LockingError, WriteFencedError)):
+        except BaseException:
+            if discard:
                 await _discard_unwritten(ns, lm, writer, stream)
             raise
         if discard and count == 0:
@@ -232,12 +231,16 @@ async def _discard_unwritten(ns: Namespace, lm: LogManager, writer: LogWriter, s
     empty) first write leaves nothing behind, not even the segment and
     ledger it started. What is still in flight is settled first (an
     interrupted write may yet be acknowledged); a stream someone has
-    subscribed to meanwhile is kept."""
+    subscribed to meanwhile, or that this writer no longer owns, is kept."""
     from dlog.dlsn import DLSN
 
     try:
-        with contextlib.suppress(DLogError):
+        try:
             await writer.flush()
+        except (LockingError, WriteFencedError):
+            return  # lost the lock or fenced: the stream may be another writer's now
+        except DLogError:
+            pass  # the writer failed: nothing more of it will be acknowledged
         if writer.last_dlsn != DLSN.INVALID:
             return
         if await lm.subscriptions.list_subscribers():
