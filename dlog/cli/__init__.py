@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import typer
@@ -60,6 +60,17 @@ def build_app() -> typer.Typer:
     return app
 
 
+@functools.cache
+def build_command() -> Any:
+    """The click command the ``dlog`` script runs: the typer app, with
+    plain ``--help`` (see :mod:`dlog.cli.help`)."""
+    import typer
+
+    from dlog.cli.help import plain_help
+
+    return plain_help(typer.main.get_command(build_app()))
+
+
 def __getattr__(name: str) -> object:
     if name == "app":  # ``dlog.cli.app``, built on first use
         return build_app()
@@ -77,7 +88,7 @@ def missing_extra(error: ModuleNotFoundError) -> str | None:
 
 def main() -> None:
     try:
-        build_app()()
+        build_command()(prog_name="dlog")
     except ModuleNotFoundError as e:
         message = missing_extra(e)
         if message is None:

@@ -41,7 +41,7 @@ def check(
     set_: list[str] | None = SetOption,
 ) -> None:
     """Validate a configuration and print the effective settings. Every bad
-    key is reported, one ``error:`` line each (exit 2), so one run finds them all."""
+    key is reported, one "error:" line each (exit 2), so one run finds them all."""
     try:
         cfg = load_config(_kind(kind), conf, set_)
     except DLogError as e:

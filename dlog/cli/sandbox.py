@@ -136,7 +136,7 @@ def run(
     set_: list[str] | None = SetOption,
 ) -> None:
     """Run a sandbox in the foreground until Ctrl-C (or SIGTERM), then stop it cleanly.
-    ``--conf``/``--set`` take bookie settings (bookie.conf keys) for every bookie."""
+    --conf/--set take bookie settings (bookie.conf keys) for every bookie."""
     settings = _bookie_settings(conf, set_)
     temporary = directory is None
     directory = Path(tempfile.mkdtemp(prefix="dlog-sandbox-")) if directory is None else directory
@@ -182,7 +182,7 @@ def start(
     set_: list[str] | None = SetOption,
 ) -> None:
     """Start a sandbox in the background (it outlives this command).
-    ``--conf``/``--set`` take bookie settings (bookie.conf keys) for every bookie.
+    --conf/--set take bookie settings (bookie.conf keys) for every bookie.
 
     The namespace URI is the last line of stdout:  URI=$(dlog sandbox start --dir D | tail -1)
     """
