@@ -103,20 +103,22 @@ def client_config(
 
     uri = resolve_service_uri(service_uri, conf)
     values: dict[str, object] = {}
+    sources: dict[str, str] = {}
     if conf is not None:
         props = _read_conf(conf)
         if any(k.startswith("bkc.") for k in props):
             props = {k[4:]: v for k, v in props.items() if k.startswith("bkc.")}
         values.update(props)
+        sources.update(dict.fromkeys(props, str(conf)))
     try:
-        values.update(parse_set_options(sets or []))
+        overrides = parse_set_options(sets or [])
     except DLogError as e:
         raise fail(str(e), 2) from None
+    values.update(overrides)
+    sources.update(dict.fromkeys(overrides, "--set"))
     values["metadataServiceUri"] = uri
     try:
-        return ClientConfig.from_mapping(
-            values, str(conf) if conf is not None else "<command line>"
-        )
+        return ClientConfig.from_mapping(values, "--service-uri", sources=sources)
     except DLogError as e:
         raise fail(str(e), 2) from None
 

@@ -161,7 +161,11 @@ def test_errors_are_one_clear_line(zk_server, ledgers_uri: str, tmp_path: Path) 
     assert "cannot read" in one_error_line(shell("listledgers", "--conf", str(tmp_path / "nope")))
     conf = tmp_path / "bad.conf"
     conf.write_text(f"metadataServiceUri={ledgers_uri}\naddEntryTimeout=3\n")
-    assert "addEntryTimeout" in one_error_line(shell("listledgers", "--conf", str(conf)))
+    err = one_error_line(shell("listledgers", "--conf", str(conf)))
+    assert "addEntryTimeout" in err and f"(in {conf})" in err, err
+    # A bad --set says so (not the file, not "<command line>").
+    err = one_error_line(shell("listledgers", "--set", "bogusKey=1", uri=ledgers_uri))
+    assert err == "error: bogusKey: unknown setting (in --set)", err
     # ZooKeeper unreachable.
     dead = f"zk+hierarchical://127.0.0.1:{free_port()}/ledgers"
     err = one_error_line(shell("listbookies", uri=dead))
