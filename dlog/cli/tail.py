@@ -70,7 +70,7 @@ def tail(
         "--lines",
         help="Print the last N records, as tail -n does: the last N that exist when tail "
         "starts (with --from, the last N at or after it; fewer if there are fewer), then "
-        "stop, or with --follow go on with new ones.",
+        "stop, or with --follow go on with new ones (-n 0 --follow: only new ones).",
         show_default=False,
     ),
     limit: int | None = typer.Option(
@@ -99,10 +99,10 @@ def tail(
     from dlog import positions
     from dlog.errors import EndOfStreamError, LogEmptyError
 
-    for value, name in ((lines, "-n"), (limit, "--limit")):
-        if value is not None and value < 1:
-            hint = " (for new records only, use --from latest --follow)" if name == "-n" else ""
-            raise fail(f"{name} {value}: N must be at least 1{hint}", 2)
+    if lines is not None and lines < 0:
+        raise fail(f"-n {lines}: N must be 0 or more", 2)
+    if limit is not None and limit < 1:
+        raise fail(f"--limit {limit}: N must be at least 1", 2)
     if lines is not None and limit is not None:
         raise fail("-n (the last N records) and --limit (the first N) do not combine", 2)
     choice = from_.strip().lower()
@@ -118,7 +118,12 @@ def tail(
         #: The last record that existed when we started, which tail waits for
         #: (up to CATCH_UP_TIMEOUT_S); with -n, also where it stops.
         target: DLSN | None = None
-        if lines is not None:
+        if lines == 0:  # as tail -n 0 [-f]: nothing that exists, only what comes
+            if not follow:
+                return 0
+            with contextlib.suppress(LogEmptyError):
+                position = (await lm.get_last_dlsn()).next()
+        elif lines is not None:
             span = await positions.last_records(lm.context, lines, not_before=start)
             if span is not None:
                 position, target = span.first, span.last

@@ -7,6 +7,7 @@ which entries and segments hold them."""
 from __future__ import annotations
 
 import asyncio
+import queue
 import time
 
 import pytest
@@ -117,9 +118,11 @@ def test_n_is_the_last_records_and_limit_the_first(uri: str) -> None:
     assert tail(uri, "roll", "--from", "-1/0/0", "--limit", "1") == rows[:1]
     assert tail(uri, "roll", "--from", short(NonInclusiveLowerBound), "-n", "100") == rows
 
-    # N must be at least 1; -n and --limit, and -n and --from latest, do not mix.
-    assert "at least 1" in error_line(dlog("tail", "roll", "-n", "0", uri=uri), 2)
-    assert "at least 1" in error_line(dlog("tail", "roll", "-n", "-2", uri=uri), 2)
+    # -n 0, as tail -n 0: nothing (with --follow: only new ones, below).
+    assert ok(dlog("tail", "roll", "-n", "0", uri=uri)) == ""
+    # N must not be negative (--limit at least 1); -n and --limit, and -n
+    # and --from latest, do not mix.
+    assert "0 or more" in error_line(dlog("tail", "roll", "-n", "-2", uri=uri), 2)
     assert "at least 1" in error_line(dlog("tail", "roll", "--limit", "0", uri=uri), 2)
     r = dlog("tail", "roll", "-n", "2", "--limit", "2", uri=uri)
     assert "do not combine" in error_line(r, 2)
@@ -235,6 +238,26 @@ def test_n_with_follow_prints_the_last_records_then_new_ones(uri: str) -> None:
         lines = _Lines(proc)
         [(first, _)] = asyncio.run(write_segments(uri, "follow-empty", [[["first"]]]))
         assert lines.next() == f"{first.serialize()}\tfirst\n"
+    finally:
+        code, err = _stop(proc)
+    assert code == 0, err
+
+
+def test_n_0_with_follow_prints_only_new_records(uri: str) -> None:
+    """tail -n 0 -f: none of the records that exist, then every new one."""
+    asyncio.run(write_segments(uri, "zero", [[["old0", "old1"]]]))
+    proc = _tail_follow(uri, "zero", "-n", "0")
+    try:
+        lines = _Lines(proc)
+        got = None
+        for i in range(40):  # until the tail is surely past its start
+            asyncio.run(write_segments(uri, "zero", [[[f"tick-{i}"]]]))
+            try:
+                got = lines.next(timeout=0.5)
+                break
+            except queue.Empty:
+                continue
+        assert got is not None and got.split("\t")[1].startswith("tick-"), got
     finally:
         code, err = _stop(proc)
     assert code == 0, err
