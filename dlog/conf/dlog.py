@@ -89,7 +89,8 @@ class DLogConfig(Config):
     create_stream_if_not_exists: bool = setting(
         "createStreamIfNotExists",
         True,
-        "Opening a writer on a missing stream creates it; otherwise it fails with LogNotFound.",
+        "Opening a missing stream (Namespace.open_log, dlog write) creates it; otherwise it "
+        "fails with LogNotFound. Never creates a namespace (dlog namespace create does).",
     )
 
     # -- ledgers (BookKeeper placement and digest) ----------------------------------
