@@ -88,7 +88,7 @@ def missing_extra(error: ModuleNotFoundError) -> str | None:
 
 def main() -> None:
     try:
-        build_command()(prog_name="dlog")
+        build_command()()
     except ModuleNotFoundError as e:
         message = missing_extra(e)
         if message is None:

@@ -73,5 +73,5 @@ def test_the_installed_command_uses_it() -> None:
         env={**os.environ, "COLUMNS": "120"},
     )
     assert r.returncode == 0, r.stderr
-    assert "Usage: dlog tail [OPTIONS] STREAM" in r.stdout, r.stdout
+    assert "Usage: python -m dlog tail [OPTIONS] STREAM" in r.stdout, r.stdout
     assert "<bool>" not in r.stdout and "<str>" not in r.stdout
