@@ -1,6 +1,6 @@
 # dlog: every target installs what it needs on a fresh Debian machine.
 #   make demo   install, start a sandbox (ZooKeeper + 3 bookies), run the end-to-end job
-#   make test   install, lint (ruff), type-check (mypy), run the whole test suite
+#   make test   install, lint and format check (ruff), type-check (mypy), run the whole test suite
 #   make proto  regenerate dlog/protocol/*_pb2.py from proto/
 #   make bench  install, run the benchmarks (JSON on stdout)
 
@@ -54,6 +54,7 @@ demo: install
 
 test: install
 	$(PY) -m ruff check dlog subscriptions tests bench examples
+	$(PY) -m ruff format --check dlog subscriptions tests bench examples
 	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS) tests
 

@@ -200,9 +200,7 @@ class LogReader:
     async def _segments(self) -> list[LogSegmentMetadata]:
         self._segments_changed.clear()
         try:
-            pairs = await self.ctx.metadata.get_segments(
-                self.name, watch=self._on_segments_changed
-            )
+            pairs = await self.ctx.metadata.get_segments(self.name, watch=self._on_segments_changed)
         except LogNotFoundError:
             raise
         return [meta for meta, _ in pairs]

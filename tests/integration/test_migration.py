@@ -115,7 +115,9 @@ async def test_round_trip_zk_to_log_segment_and_back(open_ns) -> None:
         assert r.result == CONVERTED, r
         assert (r.format_before, r.format_after) == (SEGMENT_FORMAT, ZK_FORMAT)
         assert r.position_before == r.position_after == position
-        data, _ = await ns.zk.get(f"{store_for((await ns.open_log(stream)).context, ZK_FORMAT).path}/{sid}")
+        data, _ = await ns.zk.get(
+            f"{store_for((await ns.open_log(stream)).context, ZK_FORMAT).path}/{sid}"
+        )
         assert data == position.serialize().encode()  # DistributedLog's bytes exactly
     assert await subscription_ledgers(ns) == []
 
@@ -159,7 +161,8 @@ async def test_dry_run_writes_nothing(open_ns, zk_server) -> None:
         assert (r.format_before, r.format_after) == (ZK_FORMAT, SEGMENT_FORMAT)
         assert r.position_before == r.position_after == position
         assert isinstance(
-            (await store_for((await ns.open_log("orders")).context, ZK_FORMAT).read_znode(sid))[0], ZkPosition
+            (await store_for((await ns.open_log("orders")).context, ZK_FORMAT).read_znode(sid))[0],
+            ZkPosition,
         )
     for sid in POSITIONS["payments"]:
         assert results[("payments", sid)].result == ALREADY

@@ -308,7 +308,6 @@ async def test_subscription_stores_recognise_their_own_write_after_a_connection_
     assert not await zk_store._landed("sub", e, b"other", 2)
 
 
-
 async def _expect_bad_version(call: Awaitable[Any]) -> BadVersionError:
     with pytest.raises(BadVersionError) as e:
         await call
