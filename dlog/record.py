@@ -17,7 +17,7 @@ Three nested layouts, all big-endian, as in Apache DistributedLog
 ``EnvelopedEntry``, 13-byte header)::
 
     int8  version (1)
-    int32 flags      bits 0-1 compression codec (0 none, 1 LZ4, 2 ZSTD)
+    int32 flags      bits 0-1 compression codec (0 none, 1 LZ4; 2 and 3 undefined)
     int32 decompressed length
     int32 stored length
     bytes records    a stream of LogRecords, compressed as a whole
@@ -39,6 +39,9 @@ clients use it to ship many small records as one; 16-byte header)::
 Records of a set share the set's txid and take consecutive slots and
 positions. LZ4 is the raw LZ4 *block* format with no size prefix: the
 decompressed length comes from the header (lz4-java's block codec).
+DistributedLog's ``CompressionCodec.Type`` defines only NONE (0) and LZ4 (1);
+codec bits 2 and 3 mean nothing to it, so dlog neither writes nor accepts
+them (a Java reader would not decode them either).
 
 Slot ids count records within the entry, record-set members included, so a
 record's DLSN is ``(segment, entry, index of the record in the entry)``. Its
@@ -137,11 +140,11 @@ _tuple_new = tuple.__new__
 
 
 class CompressionCodec(enum.IntEnum):
-    """Codec ids in the envelope and record-set headers."""
+    """Codec ids in the envelope and record-set headers: exactly
+    DistributedLog's ``CompressionCodec.Type`` codes, which stop at LZ4."""
 
     NONE = 0
     LZ4 = 1
-    ZSTD = 2  # defined by DistributedLog; not supported here (no zstd in 3.11)
 
     @classmethod
     def parse(cls, value: str | int | CompressionCodec) -> CompressionCodec:
@@ -156,12 +159,7 @@ class CompressionCodec(enum.IntEnum):
                 codec = cls(value)
             except ValueError:
                 raise ValueError(f"unknown compression codec {value!r}") from None
-        if codec not in _SUPPORTED_CODECS:
-            raise ValueError(f"compression codec {codec.name} is not supported")
         return codec
-
-
-_SUPPORTED_CODECS = (CompressionCodec.NONE, CompressionCodec.LZ4)
 
 
 # ---------------------------------------------------------------------------
@@ -658,9 +656,9 @@ def _decompress(stored: bytes, codec: int, size: int, what: str) -> bytes:
         if len(out) != size:
             raise InvalidRecordError(f"{what} decompressed to {len(out)} bytes, header says {size}")
         return out
-    if codec == CompressionCodec.ZSTD:
-        raise InvalidRecordError(f"{what} is ZSTD-compressed, which dlog does not support")
-    raise InvalidRecordError(f"{what} has unknown compression codec {codec}")
+    raise InvalidRecordError(
+        f"{what} has unknown compression codec {codec} (DistributedLog defines 0 none, 1 LZ4)"
+    )
 
 
 def _open_envelope(buf: bytes) -> bytes:

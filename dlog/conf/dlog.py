@@ -208,7 +208,8 @@ class DLogConfig(Config):
     compression_type: str = setting(
         "compressionType",
         "none",
-        "Compression of record sets written to ledgers (DistributedLog's CompressionCodec names).",
+        "Compression of record sets written to ledgers: none or lz4, the only codecs "
+        "DistributedLog defines (CompressionCodec.Type), so Java readers decode both.",
         choices=COMPRESSION_TYPES,
     )
 

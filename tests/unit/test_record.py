@@ -233,7 +233,8 @@ def test_compression_codec_parsing() -> None:
     assert CompressionCodec.parse("lz4") is CompressionCodec.LZ4
     assert CompressionCodec.parse("none") is CompressionCodec.NONE
     assert CompressionCodec.parse(1) is CompressionCodec.LZ4
-    for bad in ("zstd", "gzip", 2, 7):
+    assert [c.value for c in CompressionCodec] == [0, 1]  # DistributedLog's codes, no more
+    for bad in ("zstd", "gzip", 2, 3, 7):
         with pytest.raises(ValueError):
             CompressionCodec.parse(bad)
 
@@ -465,7 +466,8 @@ GOOD_SET_BODY = struct.pack(">i", 1) + b"a" + struct.pack(">i", 2) + b"bc"
         (envelope(rec(b"x"), version=0), "unknown entry envelope version 0"),
         (envelope(rec(b"x"), codec=0x10), "unknown bits"),
         (envelope(rec(b"x"), codec=3), "unknown compression codec 3"),
-        (envelope(rec(b"x"), codec=2), "ZSTD"),
+        # DistributedLog defines codecs 0 and 1 only: no ZSTD (or anything) at 2
+        (envelope(rec(b"x"), codec=2), "unknown compression codec 2"),
         (envelope(rec(b"x"))[:-1], "stored bytes"),
         (envelope(rec(b"x")) + b"\x00", "stored bytes"),
         (envelope(rec(b"x"), original=-1), "negative"),
@@ -484,6 +486,7 @@ GOOD_SET_BODY = struct.pack(">i", 1) + b"a" + struct.pack(">i", 2) + b"bc"
         (envelope(set_record(GOOD_SET_BODY, 2, metadata=0x2000)), "version"),
         (envelope(set_record(GOOD_SET_BODY, 2, metadata=0x1100)), "unknown bits"),
         (envelope(set_record(GOOD_SET_BODY, 2, metadata=0x1003)), "codec 3"),
+        (envelope(set_record(GOOD_SET_BODY, 2, metadata=0x1002)), "codec 2"),
         (envelope(set_record(GOOD_SET_BODY, 2, original=99)), "lengths differ"),
         (envelope(set_record(struct.pack(">i", -1), 1)), "bad length"),
         (envelope(set_record(struct.pack(">i", 9) + b"a", 1)), "bad length"),
