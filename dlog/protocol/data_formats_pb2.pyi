@@ -150,10 +150,12 @@ class LedgerRereplicationLayoutFormat(_message.Message):
     def __init__(self, type: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
 
 class UnderreplicatedLedgerFormat(_message.Message):
-    __slots__ = ("replica",)
+    __slots__ = ("replica", "ctime")
     REPLICA_FIELD_NUMBER: _ClassVar[int]
+    CTIME_FIELD_NUMBER: _ClassVar[int]
     replica: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, replica: _Optional[_Iterable[str]] = ...) -> None: ...
+    ctime: int
+    def __init__(self, replica: _Optional[_Iterable[str]] = ..., ctime: _Optional[int] = ...) -> None: ...
 
 class CookieFormat(_message.Message):
     __slots__ = ("bookieHost", "journalDir", "ledgerDirs", "instanceId", "indexDirs")
