@@ -511,10 +511,12 @@ class Bookie:
         self.journal_for(ledger_id).log(jf.explicit_lac_record(ledger_id, body), respond)
 
     async def read_lac(self, ledger_id: int) -> tuple[int, bytes | None, bytes | None]:
-        """(status, explicit LAC body, last entry)."""
+        """(status, explicit LAC body, last entry). A ledger with neither is
+        ENOENTRY, an unknown one included: upstream's ReadLacProcessorV3
+        answers ENOENTRY whenever both lookups come back empty."""
         st = self._state(ledger_id)
         if st is None:
-            return ENOLEDGER, None, None
+            return ENOENTRY, None, None
         info = self.storage.ledger_info(ledger_id)  # type: ignore[union-attr]
         lac_body = info.explicit_lac if info is not None else None
         status, last, _ = await self.read_entry(ledger_id, -1)
@@ -523,6 +525,24 @@ class Bookie:
         if lac_body is None and last is None:
             return ENOENTRY, None, None
         return EOK, lac_body, last
+
+    async def entries_of_ledger(self, ledger_id: int) -> tuple[int, list[int]]:
+        """(status, ids of the ledger's entries on this bookie, ascending);
+        ENOLEDGER for a ledger this bookie never saw."""
+        if self._state(ledger_id) is None:
+            return ENOLEDGER, []
+        storage = self.storage
+        assert storage is not None  # opened by start(), before any request
+        cached = storage.cached_entry_ids(ledger_id)
+        loop = asyncio.get_running_loop()
+        try:
+            indexed = await loop.run_in_executor(
+                self.read_pool, storage.indexed_entry_ids, ledger_id
+            )
+        except OSError as e:
+            log.error("listing the entries of ledger %d failed: %s", ledger_id, e)
+            return EIO, []
+        return EOK, sorted(cached.union(indexed))
 
     def force_ledger(self, ledger_id: int, respond: Respond) -> None:
         self.journal_for(ledger_id).log(jf.force_ledger_record(ledger_id), respond)

@@ -348,6 +348,16 @@ class SingleDirectoryDbLedgerStorage:
             data = self.read_cache.get(ledger_id, entry_id)
         return data
 
+    def cached_entry_ids(self, ledger_id: int) -> set[int]:
+        """Ids of the ledger's entries in the write caches (no I/O)."""
+        return set(self._active.entry_ids(ledger_id)) | set(self._flushing.entry_ids(ledger_id))
+
+    def indexed_entry_ids(self, ledger_id: int) -> list[int]:
+        """Ids of the ledger's entries in the location index: call it off
+        the event loop, after :meth:`cached_entry_ids` (entries move from
+        the caches to the index, so none is missed in between)."""
+        return self.locations.entry_ids(ledger_id)
+
     def last_entry_id(self, ledger_id: int) -> int | None:
         """The highest entry id stored for a ledger (may touch the index)."""
         best = None
@@ -461,6 +471,12 @@ class DbLedgerStorage:
 
     def last_entry_id(self, ledger_id: int) -> int | None:
         return self.storage_for(ledger_id).last_entry_id(ledger_id)
+
+    def cached_entry_ids(self, ledger_id: int) -> set[int]:
+        return self.storage_for(ledger_id).cached_entry_ids(ledger_id)
+
+    def indexed_entry_ids(self, ledger_id: int) -> list[int]:
+        return self.storage_for(ledger_id).indexed_entry_ids(ledger_id)
 
     def write_close(self, ledger_id: int) -> None:
         self.storage_for(ledger_id).manager.write_close(ledger_id)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from dlog.errors import EBADREQ, EIO, EOK, STATUS_NAMES
+from dlog.protocol import availability
 from dlog.protocol import messages as m
 from dlog.protocol.bookkeeper_pb2 import Request, Response
 from dlog.tasks import BackgroundTasks
@@ -110,6 +111,8 @@ class RequestProcessor:
                 self._write_close(req, conn)
             elif op == m.GET_BOOKIE_INFO:
                 self._bookie_info(req, conn)
+            elif op == m.GET_LIST_OF_ENTRIES_OF_LEDGER:
+                self._tasks.spawn(self._list_of_entries(req, conn))
             else:
                 log.info(
                     "unsupported operation %s (txn %d)", m.OP_NAMES.get(op, op), req.header.txnId
@@ -200,8 +203,9 @@ class RequestProcessor:
             status, body, lac = await self.bookie.read_entry(
                 lid, eid, fence=fence, master_key=rr.masterKey if rr.HasField("masterKey") else None
             )
-            if body is not None and eid < 0 and len(body) >= 16:
-                eid = int.from_bytes(body[8:16], "big", signed=True)
+            # A read of entry -1 answers entryId -1 whatever entry it
+            # returns, as upstream's ReadEntryProcessorV3 does (the entry's
+            # own id is in its body).
             conn.send(m.read_response(txn, status, lid, eid, body if status == EOK else None, lac))
             self.metrics.read_latency.observe(time.monotonic() - t0)
             self._count(m.READ_ENTRY, status)
@@ -224,6 +228,17 @@ class RequestProcessor:
             self._count(m.READ_LAC, status)
         finally:
             self._read_done()
+
+    async def _list_of_entries(self, req: Request, conn: Responder) -> None:
+        lid = req.getListOfEntriesOfLedgerRequest.ledgerId
+        try:
+            status, ids = await self.bookie.entries_of_ledger(lid)
+            data = availability.encode(ids) if status == EOK else None
+        except Exception:
+            log.exception("listing the entries of ledger %d failed", lid)
+            status, data = EIO, None
+        conn.send(m.list_of_entries_response(req.header.txnId, status, lid, data))
+        self._count(m.GET_LIST_OF_ENTRIES_OF_LEDGER, status)
 
     def _write_lac(self, req: Request, conn: Responder) -> None:
         wr = req.writeLacRequest

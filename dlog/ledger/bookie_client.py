@@ -21,6 +21,7 @@ from dlog.errors import (
     ProtocolError,
     error_for_status,
 )
+from dlog.protocol import availability
 from dlog.protocol import messages as m
 from dlog.protocol.bookkeeper_pb2 import Request, Response
 from dlog.protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, FrameTooLargeError
@@ -255,6 +256,19 @@ class BookieClient:
 
     async def force_ledger(self, ledger_id: int, timeout: float | None = None) -> Response:
         return await self.send(m.force_ledger_request(0, ledger_id), timeout)
+
+    async def list_of_entries(self, ledger_id: int, timeout: float | None = None) -> Response:
+        return await self.send(m.list_of_entries_request(0, ledger_id), timeout)
+
+    async def entries_of_ledger(self, ledger_id: int, timeout: float | None = None) -> list[int]:
+        """Ids of the entries this bookie holds of a ledger, ascending (what
+        upstream's auditor asks to find missing replicas); raises the
+        status's error (NoSuchLedgerError for ENOLEDGER) on failure."""
+        resp = await self.list_of_entries(ledger_id, timeout)
+        self.check(resp.status, f"list the entries of ledger {ledger_id}")
+        return availability.decode(
+            resp.getListOfEntriesOfLedgerResponse.availabilityOfEntriesOfLedger
+        )
 
     async def write_close(
         self, ledger_id: int, master_key: bytes, timeout: float | None = None

@@ -183,6 +183,21 @@ def bookie_info_response(
     )
 
 
+def list_of_entries_response(
+    txn_id: int, status: int, ledger_id: int, availability: bytes | None
+) -> pb.Response:
+    """``availability``: AvailabilityOfEntriesOfLedger bytes
+    (:mod:`dlog.protocol.availability`), sent only with EOK."""
+    r = pb.GetListOfEntriesOfLedgerResponse(status=_status(status), ledgerId=ledger_id)
+    if availability is not None:
+        r.availabilityOfEntriesOfLedger = availability
+    return pb.Response(
+        header=_header(GET_LIST_OF_ENTRIES_OF_LEDGER, txn_id),
+        status=_status(status),
+        getListOfEntriesOfLedgerResponse=r,
+    )
+
+
 # ---------------------------------------------------------------------------
 # Requests (client side)
 # ---------------------------------------------------------------------------
@@ -251,6 +266,13 @@ def force_ledger_request(txn_id: int, ledger_id: int) -> pb.Request:
     return pb.Request(
         header=_header(FORCE_LEDGER, txn_id),
         forceLedgerRequest=pb.ForceLedgerRequest(ledgerId=ledger_id),
+    )
+
+
+def list_of_entries_request(txn_id: int, ledger_id: int) -> pb.Request:
+    return pb.Request(
+        header=_header(GET_LIST_OF_ENTRIES_OF_LEDGER, txn_id),
+        getListOfEntriesOfLedgerRequest=pb.GetListOfEntriesOfLedgerRequest(ledgerId=ledger_id),
     )
 
 
