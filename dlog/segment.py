@@ -14,6 +14,7 @@ Format, as DistributedLog's ``LogSegmentMetadata`` writes it
   ====  ==========================================  ====================================
   ver   in progress                                 completed
   ====  ==========================================  ====================================
+  1     1;ledger;firstTx                            vsc;ledger;firstTx;lastTx;completion
   2     vsc;ledger;firstTx;seq                      vsc;ledger;firstTx;lastTx;completion;
                                                     seq;lastEntry;lastSlot
   3, 4  ... ;seq;minActiveEntry;minActiveSlot       ... ;lastSlot;minActiveEntry;minActiveSlot
@@ -25,8 +26,19 @@ Format, as DistributedLog's ``LogSegmentMetadata`` writes it
   completed:
   ``vsc;ledgerId;firstTxId;lastTxId;completionTime;logSegmentSeqNo;lastEntryId;lastSlotId;minActiveEntryId;minActiveSlotId;startSequenceId``.
 
-* Versions 0 and 1 are rejected (DistributedLog's oldest supported version is
-  2 unless a skip-check flag is set), as is anything above 5.
+* Version 1 (no sequence number, which reads as 0; its writer never set
+  status or region bits) is rejected unless ``skip_min_version_check`` is
+  given, as DistributedLog's ``parseData(..., skipMinVersionCheck)`` does;
+  version 0 and anything above 5 are always rejected.
+* Sequence number 0 is accepted (DistributedLog's own tests build segments
+  without one); real streams start at 1.
+
+Sequence ids: a segment without a stored start sequence id (version < 5, or
+``-1``, DistributedLog's ``UNASSIGNED_SEQUENCE_ID``, which Java writers store
+in every in-progress segment) starts at ``Long.MIN_VALUE + (seq << 32)``
+(``getStartSequenceId``); readers give the first in-progress version-5
+segment the id after the last completed one instead
+(``PerStreamLogSegmentCache``): see :func:`assign_start_sequence_ids`.
 
 Parsing here is stricter than DistributedLog's (which uses
 ``Long.parseLong`` and ignores stray bits): numbers must be canonical
@@ -43,6 +55,7 @@ import dataclasses
 import enum
 import re
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from dlog.dlsn import DLSN
@@ -58,12 +71,15 @@ __all__ = [
     "UNASSIGNED_SEQUENCE_ID",
     "LogSegmentMetadata",
     "TruncationStatus",
+    "assign_start_sequence_ids",
     "completed_znode_name",
     "inprogress_znode_name",
     "parse_znode_name",
+    "start_sequence_id_after",
 ]
 
 # DistributedLog's LogSegmentMetadataVersion values that matter here.
+VERSION_V1_ORIGINAL = 1
 VERSION_V2_LEDGER_SEQNO = 2
 VERSION_V3_MIN_ACTIVE_DLSN = 3
 VERSION_V4_ENVELOPED_ENTRIES = 4
@@ -98,7 +114,7 @@ _NUMBER = re.compile(r"0|-?[1-9][0-9]*", re.ASCII)
 _ZNODE_NAME = re.compile(r"(inprogress|logrecs)_([0-9]{18,19})", re.ASCII)
 
 # Number of ';'-separated fields: version -> (in progress, completed).
-_FIELD_COUNTS = {2: (4, 8), 3: (6, 10), 4: (6, 10), 5: (7, 11)}
+_FIELD_COUNTS = {1: (3, 5), 2: (4, 8), 3: (6, 10), 4: (6, 10), 5: (7, 11)}
 
 
 class TruncationStatus(enum.IntEnum):
@@ -168,7 +184,7 @@ class LogSegmentMetadata:
         _check_int("version", self.version)
         if self.version not in _FIELD_COUNTS:
             raise ValueError(
-                f"version must be {OLDEST_SUPPORTED_VERSION}..{CURRENT_VERSION}, got {self.version}"
+                f"version must be {VERSION_V1_ORIGINAL}..{CURRENT_VERSION}, got {self.version}"
             )
         if type(self.in_progress) is not bool:
             raise TypeError("in_progress must be a bool")
@@ -176,7 +192,7 @@ class LogSegmentMetadata:
         _check_int("first_txid", self.first_txid)
         _check_int("last_txid", self.last_txid)
         _check_int("completion_time", self.completion_time, 0)
-        _check_int("log_segment_sequence_no", self.log_segment_sequence_no, 1)
+        _check_int("log_segment_sequence_no", self.log_segment_sequence_no, 0)
         _check_int("last_entry_id", self.last_entry_id, -1)
         _check_int("last_slot_id", self.last_slot_id, -1)
         _check_int("min_active_entry_id", self.min_active_entry_id, 0)
@@ -203,6 +219,17 @@ class LogSegmentMetadata:
                         f"an in-progress segment does not store {name}; it must be "
                         f"{default}, got {value}"
                     )
+        if self.version == VERSION_V1_ORIGINAL and (
+            self.log_segment_sequence_no != 0
+            or self.last_entry_id != -1
+            or self.last_slot_id != -1
+            or self.region_id != LOCAL_REGION_ID
+            or self.truncation_status is not TruncationStatus.ACTIVE
+        ):
+            raise ValueError(
+                "version 1 stores no sequence number, last DLSN, region or status "
+                "(they must be 0, -1, -1, 0 and ACTIVE)"
+            )
         if self.version < VERSION_V3_MIN_ACTIVE_DLSN and (
             self.min_active_entry_id != 0 or self.min_active_slot_id != 0
         ):
@@ -252,6 +279,17 @@ class LogSegmentMetadata:
         return self.version >= VERSION_V5_SEQUENCE_ID
 
     @property
+    def effective_start_sequence_id(self) -> int:
+        """The start sequence id records of this segment count from:
+        DistributedLog's ``getStartSequenceId``, i.e. the stored one, or
+        ``Long.MIN_VALUE + (seq << 32)`` (Java long arithmetic) when the
+        version has none or it is unassigned, so that such ids are negative
+        and still ordered by segment."""
+        if self.supports_sequence_id and self.start_sequence_id != UNASSIGNED_SEQUENCE_ID:
+            return self.start_sequence_id
+        return _wrap_int64(_INT64_MIN + (self.log_segment_sequence_no << 32))
+
+    @property
     def sort_key(self) -> tuple[int, int]:
         """DistributedLog's segment order: by sequence number, and an
         in-progress segment before a completed one with the same number."""
@@ -270,11 +308,15 @@ class LogSegmentMetadata:
     ) -> LogSegmentMetadata:
         """The completed copy of this in-progress segment (DistributedLog's
         ``completeLogSegment``); ``completion_time`` defaults to now, in ms,
-        and ``start_sequence_id`` to the one the segment started with."""
+        and ``start_sequence_id`` to the one the segment started with. A
+        version without one ignores ``start_sequence_id``, as DistributedLog's
+        serialized form does."""
         if not self.in_progress:
             raise IllegalStateError(f"segment {self.log_segment_sequence_no} is already completed")
         if completion_time is None:
             completion_time = int(time.time() * 1000)
+        if not self.supports_sequence_id:
+            start_sequence_id = None
         return dataclasses.replace(
             self,
             in_progress=False,
@@ -328,7 +370,10 @@ class LogSegmentMetadata:
     def serialize(self) -> bytes:
         """The znode data DistributedLog writes for this segment."""
         fields: list[int] = [self.version_status_count, self.ledger_id, self.first_txid]
-        if self.in_progress:
+        if self.version == VERSION_V1_ORIGINAL:
+            if not self.in_progress:
+                fields += [self.last_txid, self.completion_time]
+        elif self.in_progress:
             fields.append(self.log_segment_sequence_no)
         else:
             fields += [
@@ -346,12 +391,17 @@ class LogSegmentMetadata:
 
     @classmethod
     def parse(
-        cls, data: bytes | bytearray | memoryview | str, znode_name: str | None = None
+        cls,
+        data: bytes | bytearray | memoryview | str,
+        znode_name: str | None = None,
+        *,
+        skip_min_version_check: bool = False,
     ) -> LogSegmentMetadata:
         """Strict inverse of :meth:`serialize`.
 
         ``znode_name`` (a name or a full path), when given, must be the
-        canonical name of the parsed segment."""
+        canonical name of the parsed segment. ``skip_min_version_check``
+        admits version 1, as DistributedLog's flag of that name does."""
         where = f" in {znode_name}" if znode_name else ""
         text = _decode(data, where)
         parts = text.split(";")
@@ -371,7 +421,9 @@ class LogSegmentMetadata:
             numbers.append(value)
         vsc = numbers[0]
         version = vsc & _VERSION_MASK
-        if version < OLDEST_SUPPORTED_VERSION:
+        if version == VERSION_V1_ORIGINAL and skip_min_version_check:
+            pass
+        elif version < OLDEST_SUPPORTED_VERSION:
             raise UnsupportedMetadataVersionError(
                 f"log segment metadata version {version}{where} is no longer supported "
                 f"(oldest supported: {OLDEST_SUPPORTED_VERSION}): {text[:200]!r}"
@@ -426,7 +478,12 @@ class LogSegmentMetadata:
             "first_txid": numbers[2],
         }
         rest = numbers[3:]
-        if in_progress:
+        if version == VERSION_V1_ORIGINAL:
+            kw["log_segment_sequence_no"] = 0
+            if not in_progress:
+                kw["last_txid"], kw["completion_time"] = rest
+            rest = []
+        elif in_progress:
             kw["log_segment_sequence_no"] = rest.pop(0)
         else:
             (
@@ -448,7 +505,7 @@ class LogSegmentMetadata:
             raise MetadataError(
                 f"invalid log segment metadata{where}: {e}: {text[:200]!r}"
             ) from None
-        if znode_name:
+        if znode_name and version != VERSION_V1_ORIGINAL:  # v1 names were by txid
             name = znode_name.rsplit("/", 1)[-1]
             if name != segment.znode_name:
                 raise MetadataError(
@@ -456,6 +513,49 @@ class LogSegmentMetadata:
                     f"{segment.znode_name!r}"
                 )
         return segment
+
+
+def assign_start_sequence_ids(
+    segments: Iterable[LogSegmentMetadata],
+) -> list[LogSegmentMetadata]:
+    """``segments`` (ascending) as DistributedLog's readers see them: the
+    first in-progress version-5 segment starts where the last completed one
+    ended (``PerStreamLogSegmentCache.getLogSegments``).
+
+    Java writers store ``-1`` in an in-progress segment and only fix the id on
+    completion, so without this a tailing reader would number that segment's
+    records differently from a Java reader."""
+    out = sorted(segments, key=lambda s: s.sort_key)
+    start = UNASSIGNED_SEQUENCE_ID
+    for i, seg in enumerate(out):
+        if not seg.in_progress:
+            start = (
+                _wrap_int64(seg.effective_start_sequence_id + seg.record_count)
+                if seg.supports_sequence_id
+                else UNASSIGNED_SEQUENCE_ID
+            )
+            continue
+        if seg.supports_sequence_id:
+            out[i] = dataclasses.replace(
+                seg, start_sequence_id=0 if start == UNASSIGNED_SEQUENCE_ID else start
+            )
+        break
+    return out
+
+
+def start_sequence_id_after(previous: LogSegmentMetadata | None) -> int:
+    """Start sequence id of the segment following ``previous`` (completed,
+    or ``None`` for the first): DistributedLog's
+    ``DLUtils.computeStartSequenceId``, which starts over at 0 after a
+    segment of a version without sequence ids."""
+    if previous is None or not previous.supports_sequence_id:
+        return 0
+    return _wrap_int64(previous.effective_start_sequence_id + previous.record_count)
+
+
+def _wrap_int64(value: int) -> int:
+    """``value`` as a Java long would hold it (two's complement overflow)."""
+    return (value + (1 << 63)) % (1 << 64) - (1 << 63)
 
 
 def _decode(data: bytes | bytearray | memoryview | str, where: str) -> str:

@@ -12,15 +12,20 @@ from hypothesis import strategies as st
 
 from dlog.dlsn import DLSN
 from dlog.errors import IllegalStateError, MetadataError, UnsupportedMetadataVersionError
+from dlog.ledger.read_handle import LedgerEntry
+from dlog.record import LogRecord, RecordSetWriter
 from dlog.segment import (
     INVALID_TXID,
     UNASSIGNED_SEQUENCE_ID,
     LogSegmentMetadata,
     TruncationStatus,
+    assign_start_sequence_ids,
     completed_znode_name,
     inprogress_znode_name,
     parse_znode_name,
+    start_sequence_id_after,
 )
+from dlog.segment_reader import records_of
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 NONNEG64 = st.integers(0, 2**63 - 1)
@@ -197,7 +202,7 @@ def segments(draw: st.DrawFn) -> LogSegmentMetadata:
         in_progress=in_progress,
         ledger_id=draw(NONNEG64),
         first_txid=draw(INT64),
-        log_segment_sequence_no=draw(st.integers(1, 2**63 - 1)),
+        log_segment_sequence_no=draw(st.integers(0, 2**63 - 1)),
         truncation_status=draw(st.sampled_from(TruncationStatus)),
         region_id=draw(st.integers(0, 15)),
     )
@@ -285,7 +290,7 @@ def test_mutations_of_valid_data_parse_canonically_or_fail(
         (b"4294967301;42;100;3;0;0;-1", "record count"),  # in progress, 1 << 32 | 5
         (b"-9223372036854775803;42;100;250;1;3;17;4;0;0;1000", "negative record count"),
         (b"5;-1;100;3;0;0;-1", "ledger_id"),
-        (b"5;42;100;0;0;0;-1", "log_segment_sequence_no"),
+        (b"5;42;100;-1;0;0;-1", "log_segment_sequence_no"),  # 0 is accepted, as upstream
         (b"5;42;100;3;-1;0;-1", "min_active_entry_id"),
         (b"5;42;100;250;-5;3;17;4;0;0;1000", "completion_time"),
         (b"5;42;100;250;1;3;-2;4;0;0;1000", "last_entry_id"),
@@ -416,3 +421,132 @@ def test_frozen() -> None:
     seg = inprogress()
     with pytest.raises(dataclasses.FrozenInstanceError):
         seg.ledger_id = 1  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------------------
+# version 1 (only with skip_min_version_check), sequence number 0
+# ---------------------------------------------------------------------------
+
+
+def test_version_1_parses_with_skip_min_version_check() -> None:
+    seg = LogSegmentMetadata.parse(
+        b"4294967297;42;100;250;1700000000000", "logrecs_100_250", skip_min_version_check=True
+    )
+    assert (seg.version, seg.in_progress, seg.ledger_id, seg.first_txid) == (1, False, 42, 100)
+    assert (seg.last_txid, seg.completion_time, seg.record_count) == (250, 1700000000000, 1)
+    assert seg.log_segment_sequence_no == 0
+    assert seg.serialize() == b"4294967297;42;100;250;1700000000000"
+    # v1 writers never set status or region bits: such data was not written by one
+    with pytest.raises(MetadataError, match="version 1"):
+        LogSegmentMetadata.parse(b"268435457;42;100", skip_min_version_check=True)
+    with pytest.raises(MetadataError, match="got 4"):
+        LogSegmentMetadata.parse(b"1;42;100;3", skip_min_version_check=True)
+    with pytest.raises(UnsupportedMetadataVersionError):
+        LogSegmentMetadata.parse(b"0;42;100", skip_min_version_check=True)
+
+
+def test_sequence_number_zero_is_accepted() -> None:
+    seg = LogSegmentMetadata.parse(b"5;42;100;0;0;0;-1", "inprogress_000000000000000000")
+    assert seg.log_segment_sequence_no == 0
+    assert seg.first_dlsn == DLSN(0, 0, 0)
+
+
+# ---------------------------------------------------------------------------
+# sequence ids
+# ---------------------------------------------------------------------------
+
+LONG_MIN = -(2**63)
+
+
+def test_effective_start_sequence_id() -> None:
+    assert inprogress(start_sequence_id=7).effective_start_sequence_id == 7
+    # unassigned (what Java writes in progress) or not stored: MIN + (seq << 32)
+    assert inprogress().effective_start_sequence_id == LONG_MIN + (3 << 32)
+    assert completed(version=4, start_sequence_id=-1).effective_start_sequence_id == (
+        LONG_MIN + (3 << 32)
+    )
+    # seq << 32 overflows a Java long for seq >= 2**31: it wraps
+    big = inprogress(log_segment_sequence_no=2**31)
+    assert big.effective_start_sequence_id == 0
+    huge = inprogress(log_segment_sequence_no=2**32 + 1)
+    assert huge.effective_start_sequence_id == LONG_MIN + (1 << 32)
+
+
+def test_complete_drops_start_sequence_id_before_v5() -> None:
+    seg = inprogress(version=4).complete(
+        last_txid=1, record_count=1, last_entry_id=0, last_slot_id=0, start_sequence_id=5
+    )
+    assert seg.start_sequence_id == UNASSIGNED_SEQUENCE_ID
+    seg5 = inprogress().complete(
+        last_txid=1, record_count=1, last_entry_id=0, last_slot_id=0, start_sequence_id=5
+    )
+    assert seg5.start_sequence_id == 5
+
+
+def _seg(seq: int, *, version: int = 5, start: int = -1, count: int = 0, done: bool = True):
+    if not done:
+        return LogSegmentMetadata(
+            version=version,
+            ledger_id=seq,
+            first_txid=seq,
+            log_segment_sequence_no=seq,
+            start_sequence_id=start,
+        )
+    return LogSegmentMetadata(
+        version=version,
+        ledger_id=seq,
+        first_txid=seq,
+        last_txid=seq,
+        log_segment_sequence_no=seq,
+        last_entry_id=0,
+        last_slot_id=0,
+        record_count=count,
+        start_sequence_id=start,
+        in_progress=False,
+    )
+
+
+def test_assign_start_sequence_ids() -> None:
+    # PerStreamLogSegmentCache: the first in-progress v5 segment starts
+    # after the last completed one, whatever it stores
+    segs = [_seg(2, start=10, count=5, done=False), _seg(1, start=10, count=4)]
+    out = assign_start_sequence_ids(segs)
+    assert [s.log_segment_sequence_no for s in out] == [1, 2]
+    assert out[1].start_sequence_id == 14
+    assert assign_start_sequence_ids([_seg(2, start=99, done=False)])[0].start_sequence_id == 0
+    # after a v4 segment: 0
+    after_v4 = assign_start_sequence_ids([_seg(1, version=4, count=3), _seg(2, done=False)])
+    assert after_v4[1].start_sequence_id == 0
+    # an in-progress v4 segment keeps MIN + (seq << 32); later ones are left alone
+    v4 = assign_start_sequence_ids([_seg(1, count=3, start=0), _seg(2, version=4, done=False)])
+    assert v4[1].effective_start_sequence_id == LONG_MIN + (2 << 32)
+    two = assign_start_sequence_ids([_seg(1, start=0, count=3, done=False), _seg(2, done=False)])
+    assert [s.start_sequence_id for s in two] == [0, -1]
+    # completed segments keep their own
+    assert assign_start_sequence_ids([_seg(1, start=8, count=3)])[0].start_sequence_id == 8
+
+
+def test_start_sequence_id_after() -> None:
+    assert start_sequence_id_after(None) == 0
+    assert start_sequence_id_after(_seg(1, start=10, count=4)) == 14
+    assert start_sequence_id_after(_seg(1, version=4, count=4)) == 0
+    # a v5 segment without one counts from MIN + (seq << 32), as Java's does
+    assert start_sequence_id_after(_seg(1, count=4)) == LONG_MIN + (1 << 32) + 4
+
+
+def test_records_of_numbers_java_in_progress_segment_as_java() -> None:
+    # a Java writer's in-progress v5 segment (start id -1) after a completed
+    # segment starting at 10 with 4 records: Java readers number its records
+    # from 14, i.e. start + position - 1
+    w = RecordSetWriter()
+    for i in range(3):
+        w.append(LogRecord(i, b"x"))
+    entry = LedgerEntry(2, 0, w.build(), 0)
+    java = LogSegmentMetadata.parse(b"5;2;2;2;0;0;-1")
+    seen = assign_start_sequence_ids([_seg(1, start=10, count=4), java])[1]
+    assert [r.sequence_id for r in records_of(seen, entry)] == [14, 15, 16]
+    # and on its own (a v4 segment, say) from getStartSequenceId
+    v4 = LogSegmentMetadata.parse(b"4;2;2;2;0;0")
+    assert [r.sequence_id for r in records_of(v4, entry)] == [
+        LONG_MIN + (2 << 32) + i for i in range(3)
+    ]
