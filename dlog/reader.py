@@ -31,7 +31,7 @@ from dlog.errors import (
     ReadCancelledError,
 )
 from dlog.record import LogRecordWithDLSN
-from dlog.segment import LogSegmentMetadata
+from dlog.segment import LogSegmentMetadata, assign_start_sequence_ids
 from dlog.segment_reader import open_segment, records_of
 from dlog.stream import StreamContext
 
@@ -203,7 +203,8 @@ class LogReader:
             pairs = await self.ctx.metadata.get_segments(self.name, watch=self._on_segments_changed)
         except LogNotFoundError:
             raise
-        return [meta for meta, _ in pairs]
+        # Number a Java-written in-progress segment's records as Java readers do.
+        return assign_start_sequence_ids(meta for meta, _ in pairs)
 
     async def _read_ahead(self) -> None:
         try:

@@ -69,7 +69,7 @@ def records_of(seg: LogSegmentMetadata, entry: LedgerEntry) -> list[LogRecordWit
     """Every record (control records and end-of-stream included) of one
     entry of ``seg``."""
     return decode_entry(
-        entry.data, seg.log_segment_sequence_no, entry.entry_id, seg.start_sequence_id
+        entry.data, seg.log_segment_sequence_no, entry.entry_id, seg.effective_start_sequence_id
     )
 
 

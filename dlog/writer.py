@@ -54,7 +54,7 @@ from dlog.periodic import PeriodicTask
 from dlog.record import MAX_TXID, LogRecord, RecordSetWriter
 from dlog.retention import purge_expired
 from dlog.retention import truncate as truncate_stream
-from dlog.segment import LogSegmentMetadata
+from dlog.segment import LogSegmentMetadata, start_sequence_id_after
 from dlog.segment_reader import recover_end
 from dlog.stream import StreamContext
 from dlog.tasks import BackgroundTasks
@@ -149,7 +149,7 @@ class LogWriter:
             if segments:
                 last, _ = segments[-1]
                 self._next_seqno = last.log_segment_sequence_no + 1
-                self._next_start_sequence_id = last.start_sequence_id + last.record_count
+                self._next_start_sequence_id = start_sequence_id_after(last)
                 self._prev_ledger = last.ledger_id
                 if last.last_txid is not None and last.last_txid != MAX_TXID:
                     self._last_txid = max(self._last_txid, last.last_txid)
@@ -473,7 +473,7 @@ class LogWriter:
             completion_time=_now_ms(),
         )
         await self._store.complete_segment(self.name, seg.meta, seg.version, completed)
-        self._next_start_sequence_id = completed.start_sequence_id + completed.record_count
+        self._next_start_sequence_id = start_sequence_id_after(completed)
         log.info(
             "stream %s: completed segment %d (%d records, %d bytes)",
             self.name,

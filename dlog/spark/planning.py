@@ -36,7 +36,7 @@ from pyspark.sql.datasource import InputPartition
 from dlog.dlsn import DLSN, NonInclusiveLowerBound
 from dlog.errors import DLogError, LogEmptyError, LogNotFoundError
 from dlog.record import FLAG_CONTROL, FLAG_END_OF_STREAM, LogRecordWithDLSN
-from dlog.segment import LogSegmentMetadata
+from dlog.segment import LogSegmentMetadata, assign_start_sequence_ids
 from dlog.segment_reader import read_entry_records, readable_lac
 from dlog.spark.options import (
     DlogSourceError,
@@ -225,7 +225,7 @@ def plan_stream(
                     stream,
                     seg.log_segment_sequence_no,
                     seg.ledger_id,
-                    seg.start_sequence_id,
+                    seg.effective_start_sequence_id,
                     first,
                     min(first + entries_per_partition - 1, span.last_entry),
                     span.lower,
@@ -470,7 +470,7 @@ class DriverSession:
             pairs = self._run(lm.log.store.get_segments(stream))
         except LogNotFoundError:
             raise self._no_stream(stream) from None
-        return [seg for seg, _ in pairs]
+        return assign_start_sequence_ids(seg for seg, _ in pairs)
 
     def lac(self, seg: LogSegmentMetadata) -> int:
         """The last entry readable now in an in-progress segment (-1: none)."""
