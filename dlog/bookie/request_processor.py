@@ -182,9 +182,15 @@ class RequestProcessor:
         try:
             status, lac = await self.bookie.wait_for_lac(lid, rr.previousLAC, rr.timeOut)
             body = None
-            if status == EOK and flag == m.ENTRY_PIGGYBACK and lac >= eid >= 0:
-                s2, body, _ = await self.bookie.read_entry(lid, eid)
-                if s2 != EOK:
+            # Upstream's clients piggyback with entryId -1 and get entry
+            # previousLAC + 1, its id in the response when it is there (as
+            # LongPollReadEntryProcessorV3); dlog's name the entry.
+            want = rr.previousLAC + 1 if eid == m.LAST_ADD_CONFIRMED else eid
+            if status == EOK and flag == m.ENTRY_PIGGYBACK and lac >= want >= 0:
+                s2, body, _ = await self.bookie.read_entry(lid, want)
+                if s2 == EOK:
+                    eid = want
+                else:
                     body = None
             conn.send(m.read_response(txn, status, lid, eid, body, lac))
             self._count(m.READ_ENTRY, status)

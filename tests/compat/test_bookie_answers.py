@@ -109,3 +109,26 @@ async def test_read_of_entry_minus_one_echoes_minus_one(make_bookie) -> None:  #
         assert r.readResponse.ledgerId == 52
     finally:
         await c.close()
+
+
+async def test_piggyback_long_poll_with_entry_minus_one(make_bookie) -> None:  # type: ignore[no-untyped-def]
+    # Upstream's ReadLastConfirmedAndEntryOp sends entryId -1 with
+    # ENTRY_PIGGYBACK; LongPollReadEntryProcessorV3 answers with entry
+    # previousLAC + 1 and that id, or entryId -1 and no body when the LAC
+    # has not passed previousLAC.
+    _, c = await connect(make_bookie)
+    try:
+        for eid in range(3):
+            assert (await c.add_entry(61, eid, KEY, entry(61, eid))).status == EOK
+        r = await c.read_entry(
+            61, m.LAST_ADD_CONFIRMED, previous_lac=0, long_poll_timeout_ms=100, piggyback=True
+        )
+        assert r.status == EOK and r.readResponse.maxLAC == 1
+        assert r.readResponse.entryId == 1 and r.readResponse.body == entry(61, 1)
+        r = await c.read_entry(
+            61, m.LAST_ADD_CONFIRMED, previous_lac=1, long_poll_timeout_ms=100, piggyback=True
+        )
+        assert r.status == EOK and r.readResponse.maxLAC == 1
+        assert r.readResponse.entryId == -1 and not r.readResponse.HasField("body")
+    finally:
+        await c.close()
