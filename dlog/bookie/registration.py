@@ -2,10 +2,12 @@
 
 A bookie announces itself with an ephemeral ``<ledgers>/available/<id>``
 (``available/readonly/<id>`` when read-only), and re-announces itself
-after its ZooKeeper session expires. A bookie started against an empty
-ZooKeeper creates the ``<ledgers>`` layout; several bookies may race to do
-it, so the layout is created in one transaction and ``INSTANCEID`` decides
-the winner.
+after its ZooKeeper session expires. The znode's data is the bookie's
+``BookieServiceInfoFormat`` (endpoints and properties), as BookKeeper >= 4.12
+writes it; clients read from it which extensions the bookie understands.
+A bookie started against an empty ZooKeeper creates the ``<ledgers>``
+layout; several bookies may race to do it, so the layout is created in one
+transaction and ``INSTANCEID`` decides the winner.
 """
 
 from __future__ import annotations
@@ -87,9 +89,17 @@ class BookieRegistration:
     """Keeps this bookie's ephemeral registration in place."""
 
     def __init__(
-        self, zk: ZooKeeper, ledgers_root: str, bookie_id: str, *, session_timeout: float
+        self,
+        zk: ZooKeeper,
+        ledgers_root: str,
+        bookie_id: str,
+        *,
+        session_timeout: float,
+        data: bytes = b"",
     ) -> None:
         self.zk = zk
+        #: The registration znode's data (encoded BookieServiceInfoFormat).
+        self.data = data
         self.root = ledgers_root
         self.bookie_id = bookie_id
         self.read_only = False
@@ -112,7 +122,7 @@ class BookieRegistration:
         deadline = asyncio.get_running_loop().time() + self._session_timeout * 2 + 5
         while True:
             try:
-                await self.zk.create(path, b"", ephemeral=True, makepath=True)
+                await self.zk.create(path, self.data, ephemeral=True, makepath=True)
                 break
             except NodeExistsError:
                 stat = await self.zk.exists(path)

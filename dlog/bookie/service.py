@@ -23,6 +23,7 @@ from dlog.bookie.metrics import BookieMetrics
 from dlog.bookie.registration import BookieRegistration
 from dlog.bookie.server import BookieServer
 from dlog.conf.bookie import BookieConfig
+from dlog.protocol import bookie_service_info as bsi
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ class BookieService:
             core.uri.ledgers_root,
             core.bookie_id,
             session_timeout=self.conf.zk_timeout / 1000.0,
+            data=bsi.encode(self.service_info()),
         )
         await self.registration.register(core.read_only)
         log.info(
@@ -72,6 +74,19 @@ class BookieService:
             self.server.port,
             "read-only" if core.read_only else "writable",
         )
+
+    def service_info(self) -> bsi.BookieServiceInfo:
+        """What the registration publishes: upstream's ``bookie`` endpoint
+        (``bookie-rpc`` on the port actually bound) and dlog's write-close
+        property, which tells clients WRITE_CLOSE is safe to send here."""
+        assert self.server is not None
+        endpoint = bsi.Endpoint(
+            bsi.BOOKIE_ENDPOINT_ID,
+            self.server.port,
+            self.conf.resolved_address(),
+            bsi.BOOKIE_RPC_PROTOCOL,
+        )
+        return bsi.BookieServiceInfo((endpoint,), {bsi.WRITE_CLOSE_PROPERTY: "true"})
 
     async def stop(self) -> None:
         """Graceful shutdown: unregister, stop serving, checkpoint, close."""

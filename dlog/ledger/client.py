@@ -75,8 +75,12 @@ class BookKeeper:
         self.metrics = LoopMetrics()
         self.write_close_outcomes = self.metrics.counter(
             "ledger_client_write_close",
-            "BP-32 write-close outcomes per closed ledger.",
+            "BP-32 write-close outcomes per closed ledger, among the bookies sent one.",
             ["outcome"],
+        )
+        self.write_close_skipped = self.metrics.counter(
+            "ledger_client_write_close_skipped",
+            "Bookies not sent a BP-32 write close: their registration does not advertise it.",
         )
         self.closed = False
         self._started = False
@@ -219,7 +223,19 @@ class BookKeeper:
         task.add_done_callback(self._background.discard)
 
     async def _write_close(self, ledger_id: int, master_key: bytes, ensemble: list[str]) -> None:
-        async def one(bookie: str) -> bool:
+        """Send WRITE_CLOSE only to bookies whose registration advertises
+        it: a BookKeeper bookie cannot decode operation 100 and closes the
+        connection, failing every other request in flight on it. The
+        others are skipped; the hint is advisory."""
+
+        async def one(bookie: str) -> bool | None:
+            try:
+                info = await self.watcher.service_info(bookie)
+            except Exception:
+                info = None  # unknown: never guess
+            if info is None or not info.supports_write_close:
+                self.write_close_skipped.inc()
+                return None
             try:
                 conn = await self.pool.get(bookie)
                 resp = await conn.write_close(
@@ -229,16 +245,20 @@ class BookKeeper:
             except Exception:
                 return False
 
-        results = await asyncio.gather(*(one(b) for b in ensemble))
-        ok = sum(results)
-        outcome = "success" if ok == len(results) else "partial" if ok else "failed"
+        sent = [r for r in await asyncio.gather(*(one(b) for b in ensemble)) if r is not None]
+        ok = sum(sent)
+        if not sent:
+            outcome = "skipped"
+        else:
+            outcome = "success" if ok == len(sent) else "partial" if ok else "failed"
         self.write_close_outcomes.inc(labels=(outcome,))
-        level = logging.DEBUG if outcome == "success" else logging.INFO
+        level = logging.DEBUG if outcome in ("success", "skipped") else logging.INFO
         log.log(
             level,
-            "ledger %d: advisory write close %s (%d/%d bookies)",
+            "ledger %d: advisory write close %s (%d/%d bookies, %d skipped)",
             ledger_id,
             outcome,
             ok,
-            len(results),
+            len(sent),
+            len(ensemble) - len(sent),
         )
