@@ -66,7 +66,9 @@ class BookKeeper:
         self.uri = parse_metadata_service_uri(conf.metadata_service_uri)
         self._own_zk = zk is None
         self.zk = zk or ZooKeeper(self.uri.hosts, timeout=conf.zk_timeout / 1000.0)
-        self.metadata_store = LedgerMetadataStore(self.zk, self.uri.ledgers_root)
+        self.metadata_store = LedgerMetadataStore(
+            self.zk, self.uri.ledgers_root, conf.ledger_metadata_version
+        )
         self.watcher = BookieWatcher(self.zk, self.uri.ledgers_root)
         self.pool = BookieClientPool(connect_timeout=conf.client_connect_timeout_millis / 1000.0)
         self.placement = EnsemblePlacementPolicy(
@@ -133,7 +135,8 @@ class BookKeeper:
         """Create a ledger on ``ensemble_size`` writable bookies and open it
         for writing. ``ledger_id`` (from :meth:`generate_ledger_id`) creates
         it under an id the caller recorded beforehand (BookKeeper's
-        createLedgerAdv); LedgerExistsError if that id is taken."""
+        createLedgerAdv); LedgerExistsError if that id is taken. With
+        ``ledgerMetadataVersion=3`` the create context is not stored."""
         self._check_open()
         if not ensemble_size >= write_quorum >= ack_quorum >= 1:
             raise IncorrectParameterError(

@@ -6,7 +6,10 @@ writes for metadata format 3: the ASCII header
 ``LedgerMetadataFormat`` protobuf (a protobuf "delimited" message). BP-44
 contexts make it format 4: same header shape and layout plus fields 100..102.
 A ledger without contexts is written byte for byte as BookKeeper would, so
-BookKeeper clients and tools can read what dlog writes and vice versa.
+BookKeeper clients and tools can read what dlog writes and vice versa. No
+BookKeeper release reads format 4 ("Metadata version not compatible"): a
+client with ``ledgerMetadataVersion=3`` leaves the BP-44 fields out of every
+write (:meth:`LedgerMetadata.in_format`).
 
 What BookKeeper's v3 writer always writes, and so do we: quorumSize,
 ensembleSize, length, lastEntryId (-1 and 0 while not closed), state, the
@@ -36,6 +39,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "HEADER_PREFIX",
     "MAX_CONTEXT_STRING_BYTES",
+    "METADATA_VERSIONS",
     "CloseReason",
     "DigestType",
     "LedgerCloseContext",
@@ -58,6 +62,10 @@ MAX_CONTEXT_STRING_BYTES = 256
 
 FORMAT_V3 = 3
 FORMAT_V4 = 4
+#: BookKeeper's ``ledgerMetadataVersion`` values dlog can write: -1 is the
+#: client's default (BookKeeper's own default value), 1 and 2 are text formats
+#: dlog does not write.
+METADATA_VERSIONS = (-1, FORMAT_V3, FORMAT_V4)
 
 _INT32_MAX = 2**31 - 1
 _INT64_MIN = -(2**63)
@@ -475,6 +483,20 @@ class LedgerMetadata:
     def replace(self, **changes: Any) -> LedgerMetadata:
         """A validated copy with ``changes`` applied."""
         return dataclasses.replace(self, **changes)
+
+    def in_format(self, version: int) -> LedgerMetadata:
+        """This metadata as a client configured with ``ledgerMetadataVersion``
+        ``version`` stores it.
+
+        3 is BookKeeper's own format (no release reads 4), so the BP-44 fields
+        (contexts, seal time) are left out: they are hints nothing in dlog
+        needs to work. -1 (the default) and 4 keep them, which makes the
+        ledger format 4 when it has any."""
+        if version not in METADATA_VERSIONS:
+            raise _bad(f"ledgerMetadataVersion {version} is not one of {METADATA_VERSIONS}")
+        if version != FORMAT_V3 or self.format_version == FORMAT_V3:
+            return self
+        return self.replace(create_context=None, close_context=None, seal_time=None)
 
     def with_ensemble(self, first_entry_id: int, bookies: Iterable[str]) -> LedgerMetadata:
         """A copy whose ensemble from ``first_entry_id`` on is ``bookies``.

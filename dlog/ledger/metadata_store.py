@@ -22,13 +22,14 @@ from collections.abc import Callable
 from typing import Any
 
 from dlog.errors import (
+    IncorrectParameterError,
     LedgerExistsError,
     LedgerIdOverflowError,
     MetadataVersionError,
     NoSuchLedgerError,
 )
 from dlog.ledger import layout
-from dlog.ledger.metadata import LedgerMetadata, deserialize, serialize
+from dlog.ledger.metadata import METADATA_VERSIONS, LedgerMetadata, deserialize, serialize
 from dlog.zk import (
     BadVersionError,
     EventType,
@@ -57,9 +58,16 @@ _LIST_CONCURRENCY = 32
 class LedgerMetadataStore:
     """Create, read, compare-and-set, delete, list and watch ledger metadata."""
 
-    def __init__(self, zk: ZooKeeper, ledgers_root: str) -> None:
+    def __init__(self, zk: ZooKeeper, ledgers_root: str, format_version: int = -1) -> None:
         layout.ledger_path(ledgers_root, 0)  # validates the root
         self.zk = zk
+        if format_version not in METADATA_VERSIONS:
+            raise IncorrectParameterError(
+                f"ledgerMetadataVersion {format_version} is not one of {METADATA_VERSIONS}"
+            )
+        #: ``ledgerMetadataVersion``. Every create and write is put in this
+        #: format here, so no path (close, recovery, ensemble change) writes 4 under 3.
+        self.format_version = format_version
         self.ledgers_root = ledgers_root.rstrip("/") or "/"
         self._root = "" if self.ledgers_root == "/" else self.ledgers_root
         self._long_idgen_present: bool | None = None
@@ -158,12 +166,13 @@ class LedgerMetadataStore:
 
     # -- CRUD ----------------------------------------------------------------------
     async def create(self, md: LedgerMetadata) -> tuple[LedgerMetadata, int]:
-        """Store the metadata of a new ledger; returns it (with a fresh creator
-        token, as BookKeeper stamps one on every create) and its znode version.
+        """Store the metadata of a new ledger; returns it as stored (in
+        :attr:`format_version`, with a fresh creator token, as BookKeeper
+        stamps one on every create) and its znode version.
 
         Raises :class:`LedgerExistsError` if the ledger exists and is not the
         one this very call created before a connection loss."""
-        md = md.replace(ctoken=random.randrange(2**63 - 1))
+        md = md.in_format(self.format_version).replace(ctoken=random.randrange(2**63 - 1))
         path = self.ledger_path(md.ledger_id)
         data = serialize(md)
         try:
@@ -198,9 +207,10 @@ class LedgerMetadataStore:
     async def write(self, md: LedgerMetadata, expected_version: int) -> int:
         """Replace the metadata if the znode is still at ``expected_version``;
         returns the new version. Another writer got there first:
-        :class:`MetadataVersionError` (re-read, re-apply, retry)."""
+        :class:`MetadataVersionError` (re-read, re-apply, retry). What is
+        stored is ``md.in_format(self.format_version)``."""
         path = self.ledger_path(md.ledger_id)
-        data = serialize(md)
+        data = serialize(md.in_format(self.format_version))
         try:
             stat = await self.zk.retry(self.zk.set, path, data, version=expected_version)
         except NoNodeError:

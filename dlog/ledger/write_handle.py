@@ -522,7 +522,7 @@ class WriteHandle:
                 seal_time=int(time.time() * 1000)
                 if close_context is not None or self._md.create_context
                 else None,
-            )
+            ).in_format(store.format_version)  # as stored: the handle shows what is there
             try:
                 self._md_version = await store.write(md, self._md_version)
                 self._md = md
