@@ -7,7 +7,9 @@ a commit position) and the metadata around the ledger (a segment znode, a
 subscriber znode). The shared part lives here:
 
 * **Creating the ledger** with the configured quorums and a BP-44 create
-  context, and discarding one that never came into use.
+  context, and discarding one that never came into use. The contexts are
+  hints: with ``ledgerMetadataVersion=3`` they are not stored (BookKeeper
+  cannot read format 4), and nothing here depends on them.
 * **Appends and their errors.** An append that fails because the ledger
   was fenced means another owner took over: it becomes the owner's own
   fenced error. Other bookie errors become BKTransmitError. Errors the
@@ -206,7 +208,8 @@ class LedgerAppender:
     ) -> None:
         """Close and delete a ledger that never came into use (its metadata
         or znode could not be written). Never raises: a ledger left behind
-        is logged with its id, and its BP-44 create context names its owner."""
+        is logged with its id, and its BP-44 create context (unless format 3)
+        names its owner."""
         try:
             await self.handle.close(
                 LedgerCloseContext.abnormal(why, expect_delete_after=expect_delete_after)
