@@ -183,6 +183,24 @@ class AuditorVoteFormat(_message.Message):
     bookieId: str
     def __init__(self, bookieId: _Optional[str] = ...) -> None: ...
 
+class CheckAllLedgersFormat(_message.Message):
+    __slots__ = ("checkAllLedgersCTime",)
+    CHECKALLLEDGERSCTIME_FIELD_NUMBER: _ClassVar[int]
+    checkAllLedgersCTime: int
+    def __init__(self, checkAllLedgersCTime: _Optional[int] = ...) -> None: ...
+
+class PlacementPolicyCheckFormat(_message.Message):
+    __slots__ = ("placementPolicyCheckCTime",)
+    PLACEMENTPOLICYCHECKCTIME_FIELD_NUMBER: _ClassVar[int]
+    placementPolicyCheckCTime: int
+    def __init__(self, placementPolicyCheckCTime: _Optional[int] = ...) -> None: ...
+
+class ReplicasCheckFormat(_message.Message):
+    __slots__ = ("replicasCheckCTime",)
+    REPLICASCHECKCTIME_FIELD_NUMBER: _ClassVar[int]
+    replicasCheckCTime: int
+    def __init__(self, replicasCheckCTime: _Optional[int] = ...) -> None: ...
+
 class BookieServiceInfoFormat(_message.Message):
     __slots__ = ("endpoints", "properties")
     class Endpoint(_message.Message):
