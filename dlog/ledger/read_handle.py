@@ -28,6 +28,7 @@ from dlog.errors import (
 from dlog.ledger.digest import DigestManager
 from dlog.ledger.metadata import LedgerMetadata
 from dlog.ledger.quorum import CoverageSet, write_set
+from dlog.protocol.messages import LAST_ADD_CONFIRMED
 
 if TYPE_CHECKING:
     from dlog.ledger.context import LedgerContext
@@ -202,11 +203,17 @@ class ReadHandle:
 
         The bookies of the next entry's write set are asked at once; the
         first that knows a newer LAC answers with it (and the entry, which is
-        kept for the next read). Returns the LAC, possibly unchanged."""
+        kept for the next read). Returns the LAC, possibly unchanged.
+
+        The request is upstream's (ReadLastConfirmedAndEntryOp): entryId -1
+        with ``previousLAC`` and the piggyback flag, since BookKeeper bookies
+        refuse any other entryId there with EBADREQ. The response's entryId
+        names the entry that came back; -1 or no body means none (EOK without
+        an entry is an answer: the LAC only, or a bookie of another stripe)."""
         if self.is_closed or self._lac > previous_lac:
             return self._lac
-        entry_id = previous_lac + 1
-        ensemble = self._md.ensemble_for(max(entry_id, 0))
+        next_entry = previous_lac + 1
+        ensemble = self._md.ensemble_for(max(next_entry, 0))
         timeout_ms = int(timeout * 1000)
 
         async def ask(bookie: str) -> int:
@@ -214,7 +221,7 @@ class ReadHandle:
                 conn = await self.client.pool.get(bookie)
                 resp = await conn.read_entry(
                     self.ledger_id,
-                    entry_id,
+                    LAST_ADD_CONFIRMED,
                     previous_lac=previous_lac,
                     long_poll_timeout_ms=timeout_ms,
                     piggyback=True,
@@ -226,11 +233,12 @@ class ReadHandle:
                 return -1
             rr = resp.readResponse
             lac = rr.maxLAC if rr.HasField("maxLAC") else -1
-            if rr.HasField("body") and lac >= entry_id:
+            got = rr.entryId
+            if rr.HasField("body") and got != LAST_ADD_CONFIRMED and previous_lac < got <= lac:
                 try:
-                    entry = self.digest.verify(rr.body, entry_id)
-                    self._cached[entry_id] = LedgerEntry(
-                        self.ledger_id, entry_id, bytes(entry.payload), entry.length
+                    entry = self.digest.verify(rr.body, got)
+                    self._cached[got] = LedgerEntry(
+                        self.ledger_id, got, bytes(entry.payload), entry.length
                     )
                 except DigestMismatchError:
                     pass
@@ -238,7 +246,7 @@ class ReadHandle:
 
         tasks = [
             asyncio.ensure_future(ask(ensemble[i]))
-            for i in write_set(entry_id, len(ensemble), self._md.write_quorum_size)
+            for i in write_set(next_entry, len(ensemble), self._md.write_quorum_size)
         ]
         try:
             for fut in asyncio.as_completed(tasks):

@@ -1,0 +1,135 @@
+"""The long-poll LAC read on the wire is upstream's.
+
+BookKeeper's client (ReadLastConfirmedAndEntryOp) sends entryId -1 with
+previousLAC and the piggyback flag, and BookKeeper's bookie
+(LongPollReadEntryProcessorV3) answers any other entryId there with EBADREQ,
+so a reader sending anything else cannot tail on a Java bookie. A relay
+between the client and a real dlog bookie decodes every frame both ways so
+the test sees exactly what the client asked and what came back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from dlog.bookie.service import BookieService
+from dlog.ledger.client import BookKeeper
+from dlog.protocol import messages as m
+from dlog.protocol.bookkeeper_pb2 import Request, Response
+from dlog.protocol.frame import FrameDecoder
+from dlog.sandbox.zookeeper import free_port
+
+
+class RecordingRelay:
+    """A TCP relay in front of a bookie that keeps every request and
+    response it passes on, unchanged."""
+
+    def __init__(self, port: int, target_port: int) -> None:
+        self.port = port
+        self.target_port = target_port
+        self.requests: list[Request] = []
+        self.responses: dict[int, Response] = {}
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Future[None]] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _serve(self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter) -> None:
+        b_reader, b_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+
+        async def upstream() -> None:
+            decoder = FrameDecoder()
+            while data := await c_reader.read(65536):
+                for frame in decoder.feed(data):
+                    self.requests.append(Request.FromString(bytes(frame)))
+                b_writer.write(data)
+
+        async def downstream() -> None:
+            decoder = FrameDecoder()
+            while data := await b_reader.read(65536):
+                for frame in decoder.feed(data):
+                    resp = Response.FromString(bytes(frame))
+                    self.responses[resp.header.txnId] = resp
+                c_writer.write(data)
+
+        up = asyncio.ensure_future(upstream())
+        down = asyncio.ensure_future(downstream())
+        self._tasks.update((up, down))
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait((up, down), return_when=asyncio.FIRST_COMPLETED)
+        for t in (up, down):
+            t.cancel()
+        for w in (c_writer, b_writer):
+            w.close()
+
+    def reads(self) -> list[Request]:
+        return [r for r in self.requests if r.header.operation == m.READ_ENTRY]
+
+    def long_polls(self) -> list[Request]:
+        return [r for r in self.reads() if r.readRequest.HasField("previousLAC")]
+
+
+@pytest.fixture
+async def relayed_bookie(
+    make_bookie: Callable[..., object],
+) -> AsyncIterator[RecordingRelay]:
+    """One bookie registered as ``127.0.0.1:<relay port>``: clients reach
+    it only through the relay."""
+    relay_port = free_port()
+    bookie: BookieService = await make_bookie("relayed", bookieId=f"127.0.0.1:{relay_port}")  # type: ignore[misc]
+    assert bookie.server is not None
+    relay = RecordingRelay(relay_port, bookie.server.port)
+    await relay.start()
+    yield relay
+    await relay.stop()
+
+
+async def test_long_poll_sends_upstream_request_and_keeps_the_returned_entry(
+    relayed_bookie: RecordingRelay, ledgers_uri: str
+) -> None:
+    relay = relayed_bookie
+    async with BookKeeper(ledgers_uri) as bk:
+        wh = await bk.create_ledger(1, 1, 1, password=b"pw")
+        await wh.append(b"a")
+        await wh.append(b"b")
+        rh = await bk.open_ledger(wh.ledger_id, b"pw", recovery=False)
+        assert await rh.read_last_add_confirmed() == 0
+        poll = asyncio.ensure_future(rh.read_lac_long_poll(0, 5.0))
+        await asyncio.sleep(0.1)
+        assert not poll.done()
+        await wh.append(b"c")
+        assert await asyncio.wait_for(poll, 5) == 1
+
+        (req,) = relay.long_polls()
+        rr = req.readRequest
+        assert rr.entryId == m.LAST_ADD_CONFIRMED == -1
+        assert rr.previousLAC == 0
+        assert rr.flag == m.ENTRY_PIGGYBACK
+        assert rr.timeOut == 5000
+        # The bookie named the entry it piggybacked (previousLAC + 1) ...
+        resp = relay.responses[req.header.txnId].readResponse
+        assert resp.entryId == 1 and resp.HasField("body") and resp.maxLAC == 1
+        # ... and the client kept it under that id: reading it costs no request.
+        reads_before = len(relay.reads())
+        assert [e.data for e in await rh.read(1, 1)] == [b"b"]
+        assert len(relay.reads()) == reads_before
+
+        # A poll that times out: EOK, LAC unchanged, no entry (entryId -1).
+        assert await rh.read_lac_long_poll(1, 0.3) == 1
+        req = relay.long_polls()[-1]
+        assert req.readRequest.entryId == -1 and req.readRequest.previousLAC == 1
+        resp = relay.responses[req.header.txnId].readResponse
+        assert not resp.HasField("body") and resp.entryId == -1 and resp.maxLAC == 1
+        await wh.close()
