@@ -1,24 +1,31 @@
 """Stream metadata in ZooKeeper, laid out as DistributedLog lays it out.
 
 Under a namespace path (the path of a ``distributedlog://host:port/path``
-URI) every stream has one znode, and under it the znodes DistributedLog keeps
-(``LogMetadata`` / ``ZKLogStreamMetadataStore``)::
+URI) every stream has a znode, and under it the log of its unpartitioned
+"partition", ``<default>`` (DistributedLog's ``unpartitionedStreamName``),
+holds the znodes DistributedLog keeps (``LogMetadata`` /
+``ZKLogStreamMetadataStore``), so a Java client sees dlog's streams::
 
     <ns>                     namespace binding (DLMetadata, see NamespaceBinding)
-    <ns>/<stream>            stream root, empty
+    <ns>/<stream>            stream znode, empty
+    <ns>/<stream>/<default>  log root, empty
+        maxtxid              highest transaction id written, decimal ("0" at first)
+        version              layout version, 4-byte big-endian int -1 (LAYOUT_VERSION)
+        lock                 writer lock (children are lock waiters)
+        readLock             reader lock
         ledgers              max segment sequence number, decimal ("0" = none yet)
             inprogress_%018d segment metadata (dlog.segment), one per segment
             logrecs_%018d
-        maxtxid              highest transaction id written, decimal ("0" at first)
-        lock                 writer lock (children are lock waiters)
-        readLock             reader lock
         subscribers          one child per subscriber (commit positions)
+        allocation           (DistributedLog's per-log ledger allocator; dlog has none)
 
-dlog drops DistributedLog's extra ``<stream>/<default>`` level (the name of
-the unpartitioned "partition") and its ``version`` and ``allocation``
-znodes; data formats are DistributedLog's: decimal strings
+Data formats are DistributedLog's: decimal strings
 (``DLUtils.serializeLogSegmentSequenceNumber`` / ``serializeTransactionId``,
-i.e. ``Long.toString``) and DistributedLog's segment strings.
+i.e. ``Long.toString``) and DistributedLog's segment strings. Older dlog
+releases kept the log's znodes directly under ``<ns>/<stream>``; such a
+stream is refused with :class:`LegacyLayoutError` until ``dlog namespace
+upgrade`` (:mod:`dlog.layout_upgrade`) moves it, so new code never creates
+a second log beside it.
 
 Compare-and-set is on znode versions. Multi-znode changes (creating a
 stream, starting and completing a segment) are single ZooKeeper
@@ -40,6 +47,7 @@ from typing import Any
 
 from dlog.errors import (
     InvalidStreamNameError,
+    LogError,
     LogExistsError,
     LogMetadataVersionError,
     LogNotFoundError,
@@ -63,13 +71,20 @@ from dlog.zk import (
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "ALLOCATION",
+    "LAYOUT_VERSION",
+    "LAYOUT_VERSION_DATA",
     "LEDGERS",
+    "LEGACY_CHILDREN",
     "LOCK",
     "MAXTXID",
     "MAX_STREAM_NAME_BYTES",
     "READ_LOCK",
     "RESERVED_NAMES",
     "SUBSCRIBERS",
+    "UNPARTITIONED",
+    "VERSION",
+    "LegacyLayoutError",
     "LogMetadataStore",
     "LogPaths",
     "NamespaceBinding",
@@ -87,13 +102,23 @@ MAXTXID = "maxtxid"
 LOCK = "lock"
 READ_LOCK = "readLock"
 SUBSCRIBERS = "subscribers"
+VERSION = "version"
+ALLOCATION = "allocation"
+#: The log under a stream (DistributedLog's BKDL_UNPARTITIONED_STREAM_NAME_DEFAULT).
+UNPARTITIONED = "<default>"
+#: DistributedLog's LogMetadata.LAYOUT_VERSION, stored in ``version`` as a
+#: 4-byte big-endian int (ZKLogStreamMetadataStore.intToBytes).
+LAYOUT_VERSION = -1
+LAYOUT_VERSION_DATA = LAYOUT_VERSION.to_bytes(4, "big", signed=True)
+#: The znodes older dlog releases kept directly under ``<ns>/<stream>``.
+LEGACY_CHILDREN = (LEDGERS, MAXTXID, LOCK, READ_LOCK, SUBSCRIBERS)
 
 #: Names a stream may not have: the children of a stream root (a flat
 #: namespace would not collide with them, but a tool or person reading
 #: paths would be misled), DistributedLog's other per-stream znodes and its
 #: unpartitioned stream name.
 RESERVED_NAMES = frozenset(
-    {LEDGERS, MAXTXID, LOCK, READ_LOCK, SUBSCRIBERS, "version", "allocation", "<default>"}
+    {LEDGERS, MAXTXID, LOCK, READ_LOCK, SUBSCRIBERS, VERSION, ALLOCATION, UNPARTITIONED}
 )
 MAX_STREAM_NAME_BYTES = 255
 
@@ -192,17 +217,30 @@ def decode_long(data: bytes, what: str) -> int:
     return value
 
 
+class LegacyLayoutError(LogError):
+    """The stream is in the layout of older dlog releases (no ``<default>``
+    level): refused rather than shadowed by a second, empty log."""
+
+
 @dataclasses.dataclass(frozen=True)
 class LogPaths:
-    """Every znode path of one stream."""
+    """Every znode path of one stream: ``stream`` is ``<ns>/<stream>``,
+    ``root`` the log root ``<ns>/<stream>/<default>`` the others hang off."""
 
     name: str
+    stream: str
     root: str
     ledgers: str
     maxtxid: str
     lock: str
     read_lock: str
     subscribers: str
+    version: str
+
+    @property
+    def legacy_ledgers(self) -> str:
+        """Where older dlog releases kept ``ledgers`` (``<ns>/<stream>/ledgers``)."""
+        return f"{self.stream}/{LEDGERS}"
 
     def segment(self, znode_name: str) -> str:
         """Path of the segment znode ``znode_name`` (e.g. ``logrecs_000000000000000001``)."""
@@ -246,10 +284,13 @@ class LogMetadataStore:
 
     def paths(self, name: str) -> LogPaths:
         validate_stream_name(name)
-        root = f"{self.namespace_path}/{name}"
+        stream = f"{self.namespace_path}/{name}"
+        root = f"{stream}/{UNPARTITIONED}"
         return LogPaths(
             name=name,
+            stream=stream,
             root=root,
+            version=f"{root}/{VERSION}",
             ledgers=f"{root}/{LEDGERS}",
             maxtxid=f"{root}/{MAXTXID}",
             lock=f"{root}/{LOCK}",
@@ -286,43 +327,83 @@ class LogMetadataStore:
         return LogNotFoundError(f"log {name!r} does not exist in {self.namespace_path}")
 
     # -- streams -----------------------------------------------------------------
+    def _legacy(self, p: LogPaths) -> LegacyLayoutError:
+        return LegacyLayoutError(
+            f"log {p.name!r} at {p.stream} is in the layout of older dlog releases "
+            f"(no {UNPARTITIONED} level); run `dlog namespace upgrade` on the namespace "
+            "before using it"
+        )
+
+    async def _check_layout(self, p: LogPaths) -> None:
+        """:class:`LegacyLayoutError` if the stream (or part of it, while an
+        upgrade is unfinished) is still in the old layout."""
+        if await self._exists(p.legacy_ledgers):
+            raise self._legacy(p)
+
     async def create_log(self, name: str) -> None:
-        """Create the stream's root and children, with DistributedLog's
-        initial data, in one transaction. :class:`LogExistsError` if it exists."""
+        """Create the stream's znode, its log root and the log's znodes, with
+        DistributedLog's initial data, in one transaction (the order of
+        ``ZKLogStreamMetadataStore.createMissingMetadata``).
+        :class:`LogExistsError` if it exists, :class:`LegacyLayoutError` if
+        it exists in the old layout: the transaction creates and deletes the
+        old ``ledgers`` path, which fails if it is there (no read first, so
+        a retried call meets only its own transaction)."""
         p = self.paths(name)
         zero = encode_long(0)
-        ops: list[TransactionOp] = [
+        log_ops: list[TransactionOp] = [
+            ("create", (p.legacy_ledgers, b""), {}),
+            ("delete", (p.legacy_ledgers,), {}),
             ("create", (p.root, b""), {}),
-            ("create", (p.ledgers, encode_long(UNASSIGNED_SEQNO)), {}),
             ("create", (p.maxtxid, zero), {}),
+            ("create", (p.version, LAYOUT_VERSION_DATA), {}),
             ("create", (p.lock, b""), {}),
             ("create", (p.read_lock, b""), {}),
+            ("create", (p.ledgers, encode_long(UNASSIGNED_SEQNO)), {}),
             ("create", (p.subscribers, b""), {}),
         ]
-        for _ in range(2):
+        with_stream = True  # the stream znode may exist alone (a delete cut short)
+        retried = False
+        for _ in range(4):
             await self._ensure_namespace()
+            ops = [("create", (p.stream, b""), {}), *log_ops] if with_stream else log_ops
             index, err, attempts = await self._transaction(ops)
+            retried = retried or attempts > 1
             if err is None:
                 log.debug("created log %s", p.root)
                 return
+            if index is not None and not with_stream:
+                index += 1  # as if the stream create were there
+            if isinstance(err, NodeExistsError) and index == 0:
+                with_stream = False
+                continue
+            if isinstance(err, NodeExistsError) and index == 1:
+                raise self._legacy(p)
             if isinstance(err, NodeExistsError):
                 note = (
                     " (an earlier attempt of this call, cut off by a connection loss, "
                     "may have created it)"
-                    if attempts > 1
+                    if retried
                     else ""
                 )
                 raise LogExistsError(f"log {name!r} already exists at {p.root}{note}")
-            if isinstance(err, NoNodeError) and index == 0:
-                self._namespace_ready = False  # namespace removed underneath us: recreate
+            if isinstance(err, NoNodeError) and index in (0, 1):
+                # namespace or stream removed underneath us: recreate
+                self._namespace_ready = False
+                with_stream = True
                 continue
             raise ZooKeeperError(f"create log {name}: {type(err).__name__}: {err}")
-        raise ZooKeeperError(f"create log {name}: namespace {self.namespace_path} keeps vanishing")
+        raise ZooKeeperError(f"create log {name}: namespace {self.namespace_path} keeps changing")
 
     async def log_exists(self, name: str) -> bool:
-        """Whether the stream exists (its ``ledgers`` znode, as DistributedLog checks)."""
+        """Whether the stream exists (its ``ledgers`` znode, as DistributedLog's
+        ``logExists`` checks). :class:`LegacyLayoutError` for a stream in the
+        old layout, which needs ``dlog namespace upgrade``."""
         p = self.paths(name)
-        stat = await self.zk.exists(p.ledgers)
+        stat, legacy = await asyncio.gather(
+            self.zk.exists(p.ledgers), self._exists(p.legacy_ledgers)
+        )
+        if legacy:
+            raise self._legacy(p)
         return stat is not None
 
     async def get_logs(self, prefix: str | None = None) -> list[str]:
@@ -346,7 +427,8 @@ class LogMetadataStore:
         deletes the ledgers first); a segment created concurrently is still
         collected, as the delete is redone when the tree changes under it."""
         p = self.paths(name)
-        if not await self._exists(p.root):
+        await self._check_layout(p)  # its segments are not where get_segments looks
+        if not await self._exists(p.stream):
             raise self._not_found(name)
         ledger_ids: dict[int, None] = {}
         for _ in range(_LIST_ATTEMPTS):
@@ -357,12 +439,12 @@ class LogMetadataStore:
             for seg, _version in segments:
                 ledger_ids.setdefault(seg.ledger_id)
             try:
-                await self.zk.delete_recursive(p.root)
+                await self.zk.delete_recursive(p.stream)
             except NotEmptyError:
                 continue  # a znode appeared while deleting: collect it too
-            log.debug("deleted log %s", p.root)
+            log.debug("deleted log %s", p.stream)
             return list(ledger_ids)
-        raise ZooKeeperError(f"delete log {name}: znodes keep appearing under {p.root}")
+        raise ZooKeeperError(f"delete log {name}: znodes keep appearing under {p.stream}")
 
     # -- segments ------------------------------------------------------------------
     async def _read_segment(

@@ -1,5 +1,5 @@
 """Log segment metadata: the ``;``-separated strings DistributedLog keeps in
-``<stream>/ledgers/<segment znode>`` (format code only, no I/O).
+``<stream>/<default>/ledgers/<segment znode>`` (format code only, no I/O).
 
 Format, as DistributedLog's ``LogSegmentMetadata`` writes it
 (``getFinalisedData``) and reads it (``parseData``):

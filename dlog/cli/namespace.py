@@ -2,6 +2,7 @@
 
     dlog namespace create distributedlog://127.0.0.1:2181/messaging
     dlog namespace show distributedlog://127.0.0.1:2181/messaging
+    dlog namespace upgrade distributedlog://127.0.0.1:2181/messaging [--dry-run]
 
 As in DistributedLog (``dlog admin bind``), a namespace exists once its
 znode names the bookies' metadata service; every other command refuses a
@@ -10,7 +11,9 @@ binds to ``--ledgers-uri``, else ``bkc.metadataServiceUri`` from
 ``--conf``/``--set``, else ``zk+hierarchical://<the namespace's
 ZooKeeper>/ledgers``; creating one already bound to those bookies is not an
 error, to others is. The URI is the argument, else ``--uri``, else
-``$DLOG_URI``.
+``$DLOG_URI``. ``upgrade`` moves streams written by older dlog releases
+into DistributedLog's ``<stream>/<default>`` layout (see
+:mod:`dlog.layout_upgrade`).
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 app = typer.Typer(
-    help="Namespaces: create one (bind it to bookies), show its binding.", no_args_is_help=True
+    help="Namespaces: create one (bind it to bookies), show its binding, upgrade its layout.",
+    no_args_is_help=True,
 )
 
 UriArgument = typer.Argument(
@@ -173,3 +177,39 @@ def show(
     width = max(len(k) for k, _ in rows) + 2
     for key, value in rows:
         print(f"{key + ':':<{width}}{value}")
+
+
+@app.command("upgrade")
+def upgrade(
+    ns_uri: str | None = UriArgument,
+    uri: str | None = UriOption,
+    conf: Path | None = ConfOption,
+    set_: list[str] | None = SetOption,
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="List the streams that would be moved; change nothing."
+    ),
+) -> None:
+    """Move streams of older dlog releases (no <default> level) into
+    DistributedLog's layout, so dlog and Java clients can open them."""
+    from dlog.layout_upgrade import upgrade_namespace
+    from dlog.log_metadata import read_namespace_binding
+    from dlog.namespace import namespace_not_found
+    from dlog.uri import parse_namespace_uri
+
+    ns_uri, cfg = resolve(_namespace_uri(ns_uri, uri), conf, set_)
+    setup_logging(default="WARNING")
+    path = parse_namespace_uri(ns_uri).path
+
+    async def body(zk: ZooKeeper) -> list[tuple[str, int, bool]]:
+        if await read_namespace_binding(zk, path) is None:
+            raise namespace_not_found(ns_uri)
+        done = await upgrade_namespace(zk, path, dry_run=dry_run)
+        return [(s.name, s.znodes, s.transaction) for s in done]
+
+    moved = [s for s in _run_zk(ns_uri, cfg, body) if s[1]]
+    verb = "would move" if dry_run else "moved"
+    for name, znodes, in_one in moved:
+        how = "in one transaction" if in_one else "copy then delete"
+        print(f"{verb} {name}: {znodes} znodes to {name}/<default> ({how})")
+    if not moved:
+        print(f"namespace {ns_uri}: every stream is already in DistributedLog's layout")

@@ -24,6 +24,7 @@ from dlog.conf.dlog import DLogConfig
 from dlog.dlsn import DLSN
 from dlog.errors import LogNotFoundError
 from dlog.ledger.client import BookKeeper
+from dlog.log_metadata import LogMetadataStore, LogPaths
 from dlog.namespace import Namespace
 from dlog.sandbox.cluster import Sandbox
 from dlog.zk import ZooKeeper
@@ -115,11 +116,16 @@ async def _exists(zk: ZooKeeper, path: str) -> bool:
     return await zk.exists(path) is not None
 
 
-def lock_holders(sandbox: Sandbox, stream_path: str) -> list[str]:
+def _paths(sandbox: Sandbox, stream: str) -> LogPaths:
+    """The stream's znode paths (building them needs no session)."""
+    return LogMetadataStore(None, sandbox.namespace_path).paths(stream)  # type: ignore[arg-type]
+
+
+def lock_holders(sandbox: Sandbox, stream: str) -> list[str]:
+    p = _paths(sandbox, stream)
+
     async def go(zk: ZooKeeper) -> list[str]:
-        return (
-            await zk.get_children(f"{stream_path}/lock") if await _exists(zk, stream_path) else []
-        )
+        return await zk.get_children(p.lock) if await _exists(zk, p.lock) else []
 
     return list(_zk(sandbox, go))
 
@@ -374,7 +380,7 @@ def test_an_interrupted_first_write_keeps_the_stream_only_with_records(
     try:
 
         def writing() -> None:  # the writer holds the stream's lock, waiting on stdin
-            assert lock_holders(sandbox, f"{sandbox.namespace_path}/{idle}")
+            assert lock_holders(sandbox, idle)
 
         _wait_for(writing)
     finally:
@@ -416,7 +422,7 @@ def test_an_interrupted_first_write_waits_for_what_is_in_flight(sandbox: Sandbox
 
             def segment_started() -> None:
                 assert exists(sandbox, path) and _zk(
-                    sandbox, lambda zk: zk.get_children(f"{path}/ledgers")
+                    sandbox, lambda zk: zk.get_children(_paths(sandbox, stream).ledgers)
                 )
 
             _wait_for(segment_started)
@@ -443,7 +449,7 @@ def test_an_interrupted_first_write_keeps_a_stream_someone_subscribed_to(
     try:
 
         def writing() -> None:
-            assert lock_holders(sandbox, f"{sandbox.namespace_path}/{stream}")
+            assert lock_holders(sandbox, stream)
 
         _wait_for(writing)
 
@@ -457,4 +463,4 @@ def test_an_interrupted_first_write_keeps_a_stream_someone_subscribed_to(
     finally:
         code, err = _interrupt(proc)
     assert code == 130 and "interrupted" in err, err
-    assert exists(sandbox, f"{sandbox.namespace_path}/{stream}/subscribers/app")
+    assert exists(sandbox, _paths(sandbox, stream).subscriber("app"))

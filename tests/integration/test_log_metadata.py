@@ -82,18 +82,23 @@ async def test_create_log_lays_out_distributedlog_znodes(
     assert not await store.log_exists("orders")
     await store.create_log("orders")
     assert await store.log_exists("orders")
-    root = f"{ns}/orders"
+    assert await zk.get_children(f"{ns}/orders") == ["<default>"]
+    assert (await zk.get(f"{ns}/orders"))[0] == b""
+    root = f"{ns}/orders/<default>"
     assert sorted(await zk.get_children(root)) == [
         "ledgers",
         "lock",
         "maxtxid",
         "readLock",
         "subscribers",
+        "version",
     ]
     assert (await zk.get(f"{root}/ledgers"))[0] == b"0"
     assert (await zk.get(f"{root}/maxtxid"))[0] == b"0"
+    assert (await zk.get(f"{root}/version"))[0] == b"\xff\xff\xff\xff"
     assert (await zk.get(root))[0] == b""
     p = store.paths("orders")
+    assert (p.stream, p.version) == (f"{ns}/orders", f"{root}/version")
     assert (p.root, p.ledgers, p.maxtxid, p.lock, p.read_lock, p.subscribers) == (
         root,
         f"{root}/ledgers",
@@ -662,3 +667,16 @@ async def test_bind_after_connection_loss_returns_the_landed_binding(
     assert calls["n"] == 2
     assert b.metadata_service_uri == ledgers_uri
     assert await read_namespace_binding(zk, ns) == b
+
+
+async def test_create_log_under_a_stream_znode_left_alone(
+    zk: ZooKeeper, store: LogMetadataStore
+) -> None:
+    """A delete cut short can leave ``<ns>/<stream>`` without its log: the
+    log is created under it (as DistributedLog creates only missing parents)."""
+    await store.create_log("warmup")
+    await zk.create(store.paths("s").stream, b"")
+    assert not await store.log_exists("s")
+    await store.create_log("s")
+    assert await store.log_exists("s")
+    assert (await zk.get(store.paths("s").version))[0] == b"\xff\xff\xff\xff"

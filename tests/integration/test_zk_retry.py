@@ -212,7 +212,7 @@ async def test_stores_recognise_their_own_write_after_a_real_connection_loss(
     await logs.create_log("warmup")  # the namespace exists: one transaction remains
 
     async def log_landed() -> bool:
-        return await version_of(zk, f"{zk_root}/ns/s/ledgers") == 0
+        return await version_of(zk, logs.paths("s").ledgers) == 0
 
     with pytest.raises(LogExistsError, match="earlier attempt"):
         await answer_lost(relay, logs.create_log("s"), log_landed)
