@@ -12,7 +12,6 @@ operation 100.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -22,9 +21,9 @@ from dlog.ledger.client import BookKeeper
 from dlog.protocol import bookie_service_info as bsi
 from dlog.protocol import messages as m
 from dlog.protocol.bookkeeper_pb2 import Request
-from dlog.protocol.frame import FrameDecoder, encode_frame
 from dlog.sandbox.zookeeper import free_port
 from dlog.zk import ZooKeeper
+from tests.bookie_relay import BookieRelay
 
 WRITE_CLOSE_LABEL = m.OP_NAMES[m.WRITE_CLOSE].lower()
 
@@ -38,54 +37,21 @@ def write_closes_received(bookie: BookieService) -> float:
     )
 
 
-class ClosesOnWriteClose:
-    """A TCP proxy in front of a bookie that behaves as upstream's decoder
-    does with operation 100: it closes the connection (both ways)."""
+class ClosesOnWriteClose(BookieRelay):
+    """A relay in front of a bookie that behaves as upstream's decoder does
+    with operation 100: it closes the connection (both ways)."""
 
     def __init__(self, port: int, target_port: int) -> None:
-        self.port = port
-        self.target_port = target_port
+        super().__init__(port, target_port)
         self.write_closes_seen = 0
         self.connections_dropped = 0
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
 
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
-
-    async def stop(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    async def _serve(self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter) -> None:
-        b_reader, b_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-
-        async def upstream() -> None:
-            decoder = FrameDecoder()
-            while data := await c_reader.read(65536):
-                for frame in decoder.feed(data):
-                    if Request.FromString(bytes(frame)).header.operation == m.WRITE_CLOSE:
-                        self.write_closes_seen += 1
-                        self.connections_dropped += 1
-                        return
-                    b_writer.write(encode_frame(bytes(frame)))
-
-        async def downstream() -> None:
-            while data := await b_reader.read(65536):
-                c_writer.write(data)
-
-        up = asyncio.ensure_future(upstream())
-        down = asyncio.ensure_future(downstream())
-        self._tasks.update((up, down))
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await asyncio.wait((up, down), return_when=asyncio.FIRST_COMPLETED)
-        for t in (up, down):
-            t.cancel()
-        for w in (c_writer, b_writer):
-            w.close()
+    def forward(self, request: Request) -> bool:
+        if request.header.operation != m.WRITE_CLOSE:
+            return True
+        self.write_closes_seen += 1
+        self.connections_dropped += 1
+        return False
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ which entries and segments hold them."""
 from __future__ import annotations
 
 import asyncio
-import queue
 import time
 
 import pytest
@@ -18,7 +17,7 @@ from dlog.dlsn import DLSN, InitialDLSN, InvalidDLSN, NonInclusiveLowerBound
 from dlog.namespace import Namespace
 from dlog.record import LogRecord
 from dlog.segment_reader import RecordSpan
-from tests.integration.test_stream_cli import _Lines, _stop, _tail_follow, dlog, error_line, ok
+from tests.cli import Lines, dlog, error_line, ok, stop, tail_follow
 
 pytestmark = pytest.mark.integration
 
@@ -221,45 +220,38 @@ async def test_n_reads_an_in_progress_segment_up_to_its_lac(uri: str) -> None:
 
 def test_n_with_follow_prints_the_last_records_then_new_ones(uri: str) -> None:
     rows = asyncio.run(write_segments(uri, "follow", [[["a0", "a1", "a2"], ["a3", "a4"]]]))
-    proc = _tail_follow(uri, "follow", "-n", "2")
+    proc = tail_follow(uri, "follow", "-n", "2")
     try:
-        lines = _Lines(proc)
+        lines = Lines(proc)
         assert [lines.next(), lines.next()] == [f"{d.serialize()}\t{p}\n" for d, p in rows[-2:]]
         [(new, _)] = asyncio.run(write_segments(uri, "follow", [[["fresh"]]]))
         assert lines.next() == f"{new.serialize()}\tfresh\n"
     finally:
-        code, err = _stop(proc)
+        code, err = stop(proc)
     assert code == 0, err
 
     # On an empty stream, -n --follow waits for the first record.
     ok(dlog("stream", "create", "follow-empty", uri=uri))
-    proc = _tail_follow(uri, "follow-empty", "-n", "5")
+    proc = tail_follow(uri, "follow-empty", "-n", "5")
     try:
-        lines = _Lines(proc)
+        lines = Lines(proc)
         [(first, _)] = asyncio.run(write_segments(uri, "follow-empty", [[["first"]]]))
         assert lines.next() == f"{first.serialize()}\tfirst\n"
     finally:
-        code, err = _stop(proc)
+        code, err = stop(proc)
     assert code == 0, err
 
 
 def test_n_0_with_follow_prints_only_new_records(uri: str) -> None:
     """tail -n 0 -f: none of the records that exist, then every new one."""
     asyncio.run(write_segments(uri, "zero", [[["old0", "old1"]]]))
-    proc = _tail_follow(uri, "zero", "-n", "0")
+    proc = tail_follow(uri, "zero", "-n", "0")
     try:
-        lines = _Lines(proc)
-        got = None
-        for i in range(40):  # until the tail is surely past its start
-            asyncio.run(write_segments(uri, "zero", [[[f"tick-{i}"]]]))
-            try:
-                got = lines.next(timeout=0.5)
-                break
-            except queue.Empty:
-                continue
+        lines = Lines(proc)
+        got = lines.first_new(lambda p: asyncio.run(write_segments(uri, "zero", [[[p]]])))
         assert got is not None and got.split("\t")[1].startswith("tick-"), got
     finally:
-        code, err = _stop(proc)
+        code, err = stop(proc)
     assert code == 0, err
 
 

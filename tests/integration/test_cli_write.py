@@ -28,51 +28,9 @@ from dlog.log_metadata import LogMetadataStore, LogPaths
 from dlog.namespace import Namespace
 from dlog.sandbox.cluster import Sandbox
 from dlog.zk import ZooKeeper
+from tests.cli import cli_env, dlog, error_line, ok
 
 pytestmark = pytest.mark.integration
-
-
-def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "DLOG_URI"}
-    env["COLUMNS"] = "200"
-    env.update(extra or {})
-    return env
-
-
-def dlog(
-    *args: str,
-    uri: str | None = None,
-    input: str | None = None,
-    env: dict[str, str] | None = None,
-    timeout: float = 60,
-) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "dlog", *args]
-    if uri is not None:
-        cmd += ["--uri", uri]
-    return subprocess.run(
-        cmd,
-        input=input,
-        stdin=None if input is not None else subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=timeout,
-        env=_env(env),
-    )
-
-
-def ok(r: subprocess.CompletedProcess[str]) -> str:
-    assert r.returncode == 0, f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
-    return r.stdout
-
-
-def error_line(r: subprocess.CompletedProcess[str], code: int = 1) -> str:
-    """A failure: the exit code, and one `error:` line on stderr, no traceback."""
-    assert r.returncode == code, f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
-    assert "Traceback" not in r.stderr, r.stderr
-    lines = [line for line in r.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    return lines[0]
 
 
 def failure(r: subprocess.CompletedProcess[str]) -> str:
@@ -346,7 +304,7 @@ def _writer(uri: str, stream: str, *args: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(),
+        env=cli_env(),
     )
 
 

@@ -11,7 +11,6 @@ the test sees exactly what the client asked and what came back.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -19,60 +18,13 @@ import pytest
 from dlog.bookie.service import BookieService
 from dlog.ledger.client import BookKeeper
 from dlog.protocol import messages as m
-from dlog.protocol.bookkeeper_pb2 import Request, Response
-from dlog.protocol.frame import FrameDecoder
+from dlog.protocol.bookkeeper_pb2 import Request
 from dlog.sandbox.zookeeper import free_port
+from tests.bookie_relay import BookieRelay
 
 
-class RecordingRelay:
-    """A TCP relay in front of a bookie that keeps every request and
-    response it passes on, unchanged."""
-
-    def __init__(self, port: int, target_port: int) -> None:
-        self.port = port
-        self.target_port = target_port
-        self.requests: list[Request] = []
-        self.responses: dict[int, Response] = {}
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Future[None]] = set()
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
-
-    async def stop(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    async def _serve(self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter) -> None:
-        b_reader, b_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-
-        async def upstream() -> None:
-            decoder = FrameDecoder()
-            while data := await c_reader.read(65536):
-                for frame in decoder.feed(data):
-                    self.requests.append(Request.FromString(bytes(frame)))
-                b_writer.write(data)
-
-        async def downstream() -> None:
-            decoder = FrameDecoder()
-            while data := await b_reader.read(65536):
-                for frame in decoder.feed(data):
-                    resp = Response.FromString(bytes(frame))
-                    self.responses[resp.header.txnId] = resp
-                c_writer.write(data)
-
-        up = asyncio.ensure_future(upstream())
-        down = asyncio.ensure_future(downstream())
-        self._tasks.update((up, down))
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await asyncio.wait((up, down), return_when=asyncio.FIRST_COMPLETED)
-        for t in (up, down):
-            t.cancel()
-        for w in (c_writer, b_writer):
-            w.close()
+class RecordingRelay(BookieRelay):
+    """A relay that passes everything on, unchanged."""
 
     def reads(self) -> list[Request]:
         return [r for r in self.requests if r.header.operation == m.READ_ENTRY]

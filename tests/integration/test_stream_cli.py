@@ -5,12 +5,6 @@ runs them (``python -m dlog ...`` subprocesses) against one sandbox
 from __future__ import annotations
 
 import asyncio
-import os
-import queue
-import signal
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
@@ -20,51 +14,9 @@ from dlog.conf.dlog import DLogConfig
 from dlog.dlsn import DLSN
 from dlog.namespace import Namespace
 from dlog.record import LogRecord
+from tests.cli import Lines, dlog, error_line, ok, stop, tail_follow
 
 pytestmark = pytest.mark.integration
-
-
-def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "DLOG_URI"}
-    env["COLUMNS"] = "200"
-    env.update(extra or {})
-    return env
-
-
-def dlog(
-    *args: str,
-    uri: str | None = None,
-    input: str | None = None,
-    env: dict[str, str] | None = None,
-    timeout: float = 60,
-) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "dlog", *args]
-    if uri is not None:
-        cmd += ["--uri", uri]
-    return subprocess.run(
-        cmd,
-        input=input,
-        stdin=None if input is not None else subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=timeout,
-        env=_env(env),
-    )
-
-
-def ok(r: subprocess.CompletedProcess[str]) -> str:
-    assert r.returncode == 0, f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
-    return r.stdout
-
-
-def error_line(r: subprocess.CompletedProcess[str], code: int = 1) -> str:
-    """A failure: the exit code, and one `error:` line on stderr, no traceback."""
-    assert r.returncode == code, f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
-    assert "Traceback" not in r.stderr, r.stderr
-    lines = [line for line in r.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    return lines[0]
 
 
 def tail_lines(out: str) -> list[tuple[DLSN, str]]:
@@ -214,72 +166,27 @@ def test_write_then_tail(uri: str) -> None:
     assert "missing" not in ok(dlog("stream", "list", uri=uri)).split()
 
 
-class _Lines:
-    """The stdout lines of a running process, read by a thread."""
-
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.q: queue.Queue[str] = queue.Queue()
-        assert proc.stdout is not None
-        stdout = proc.stdout
-        threading.Thread(target=lambda: [self.q.put(line) for line in stdout], daemon=True).start()
-
-    def next(self, timeout: float = 30) -> str:
-        return self.q.get(timeout=timeout)
-
-
-def _tail_follow(uri: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "dlog", "tail", *args, "--follow", "--uri", uri],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        encoding="utf-8",
-        env=_env(),
-    )
-
-
-def _stop(proc: subprocess.Popen[str]) -> tuple[int, str]:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        code = proc.wait(20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise
-    assert proc.stderr is not None
-    return code, proc.stderr.read()
-
-
 def test_tail_follow_picks_up_new_records(uri: str) -> None:
     [old] = asyncio.run(write_records(uri, "live", [b"before"]))
-    proc = _tail_follow(uri, "live")
+    proc = tail_follow(uri, "live")
     try:
-        lines = _Lines(proc)
+        lines = Lines(proc)
         assert lines.next() == f"{old.serialize()}\tbefore\n"
         [new] = asyncio.run(write_records(uri, "live", [b"fresh"]))
         assert lines.next() == f"{new.serialize()}\tfresh\n"
     finally:
-        code, err = _stop(proc)
+        code, err = stop(proc)
     assert code == 0, err  # SIGTERM ends --follow cleanly
     assert "Traceback" not in err
 
     # --from latest: only records written after it started.
-    proc = _tail_follow(uri, "live", "--from", "latest")
+    proc = tail_follow(uri, "live", "--from", "latest")
     try:
-        lines = _Lines(proc)
-        got = None
-        for i in range(40):  # until the tail is surely past its start
-            asyncio.run(write_records(uri, "live", [f"tick-{i}".encode()]))
-            try:
-                got = lines.next(timeout=0.5)
-                break
-            except queue.Empty:
-                continue
+        lines = Lines(proc)
+        got = lines.first_new(lambda p: asyncio.run(write_records(uri, "live", [p.encode()])))
         assert got is not None and got.split("\t")[1].startswith("tick-"), got
     finally:
-        code, err = _stop(proc)
+        code, err = stop(proc)
     assert code == 0, err
 
 
