@@ -31,6 +31,14 @@ _INTEGER = re.compile(r"-?[0-9]+")
 _FORMS = "base64, S/E/N, S:E:N or DLSN{logSegmentSequenceNo=S, entryId=E, slotId=N}"
 
 
+DlsnWords = typer.Argument(
+    ...,
+    metavar="DLSN",
+    help=f"A DLSN: {_FORMS}, or its three numbers SEQ ENTRY SLOT.",
+    show_default=False,
+)
+
+
 def _dlsn(words: list[str], command: str) -> DLSN:
     """The DLSN the command's words spell: three integers, or one DLSN in
     any form (DistributedLog's toString may come as several words)."""
@@ -40,12 +48,7 @@ def _dlsn(words: list[str], command: str) -> DLSN:
 
 @app.command("serialize", context_settings=_WORDS)
 def dlsn_serialize(
-    words: list[str] = typer.Argument(
-        ...,
-        metavar="DLSN",
-        help=f"A DLSN: {_FORMS}, or its three numbers SEQ ENTRY SLOT.",
-        show_default=False,
-    ),
+    words: list[str] = DlsnWords,
 ) -> None:
     """Print the base64 form of a DLSN, as DistributedLog serializes it."""
     print(_dlsn(words, "serialize").serialize())
@@ -53,12 +56,7 @@ def dlsn_serialize(
 
 @app.command("deserialize", context_settings=_WORDS)
 def dlsn_deserialize(
-    words: list[str] = typer.Argument(
-        ...,
-        metavar="DLSN",
-        help=f"A DLSN: {_FORMS}, or its three numbers SEQ ENTRY SLOT.",
-        show_default=False,
-    ),
+    words: list[str] = DlsnWords,
 ) -> None:
     """Print DistributedLog's toString of a DLSN, then its three numbers."""
     dlsn = _dlsn(words, "deserialize")
