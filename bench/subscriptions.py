@@ -95,7 +95,7 @@ from subscriptions.format import (
     SEGMENT_FORMAT,
     ZK_FORMAT,
     ZkPosition,
-    decode_znode,
+    decode_subscriber,
     encode_commit,
     encode_zk_position,
     validate_subscriber_id,
@@ -171,7 +171,7 @@ class PipelinedSetData:
             with contextlib.suppress(NodeExistsError):
                 await self.zk.create(path, b"", makepath=True)
         else:
-            znode = decode_znode(data, path)
+            znode = decode_subscriber(data, None, path)
             position = znode.position if isinstance(znode, ZkPosition) else znode.last_commit
         self.last[subscriber_id] = position
         return position

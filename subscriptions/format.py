@@ -1,13 +1,25 @@
-"""What a subscriber's znode and a subscription segment hold.
+"""What a subscriber's znodes and a subscription segment hold.
 
-Two znode formats coexist, and both stores read both:
+The subscriber znode ``<stream>/<default>/subscribers/<id>`` always holds
+a position in DistributedLog's format, the base64 of the 25-byte DLSN
+(ASCII letters, digits, ``+/=`` only), which is what Java's
+``ZKSubscriptionStateStore`` reads. The two stores differ in what else
+there is:
 
-* DistributedLog's ZooKeeper store: the position itself, as the base64 of
-  the 25-byte DLSN (ASCII letters, digits, ``+/=`` only).
-* The log-segment store: ``HEADER`` (its first byte, 0x01, is never
-  base64) followed by a protobuf ``Subscription`` naming the segment (a
-  ledger) that holds the position updates, and the position as of the
-  segment's last switch.
+* DistributedLog's ZooKeeper store: nothing else; the znode holds the
+  position itself.
+* The log-segment store: a child znode ``<id>/segment`` (:data:`RECORD`)
+  holds ``HEADER`` followed by a protobuf ``Subscription`` naming the
+  segment (a ledger) with the position updates, and the position as of the
+  segment's last switch. Both znodes are written in one transaction, the
+  subscriber znode getting that same position, so a Java reader sees a
+  valid position no older than the last segment switch (never the start).
+
+Older dlog releases kept the ``Subscription`` record in the subscriber
+znode itself ("inline"); it is still read, and the next write of the
+log-segment store (or ``dlog namespace upgrade``) moves it to the child.
+The header's first byte, 0x01, is never base64, so the formats cannot be
+mistaken for each other.
 
 A subscription segment holds one ``AdvanceLastCommitDLSN`` per entry.
 """
@@ -23,6 +35,9 @@ from dlog.errors import InvalidDLSNError, MetadataError
 from dlog.protocol.subscription_pb2 import AdvanceLastCommitDLSN, Subscription
 
 HEADER = b"\x01DLSUB\x01"
+
+#: The child znode of a log-segment subscription holding its record.
+RECORD = "segment"
 
 ZK_FORMAT = "zookeeper"
 SEGMENT_FORMAT = "log-segment"
@@ -44,6 +59,9 @@ class SegmentSubscription:
     last_commit: DLSN
     next_segment_id: int | None = None
     previous_segment_id: int | None = None
+    #: Read from the subscriber znode itself (an older dlog's layout): the
+    #: next write moves the record to the :data:`RECORD` child.
+    inline: bool = dataclasses.field(default=False, compare=False)
 
     def replace(self, **changes: object) -> SegmentSubscription:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -71,43 +89,74 @@ def validate_subscriber_id(subscriber_id: str) -> str:
     return subscriber_id
 
 
-def decode_znode(data: bytes, where: str) -> SubscriberZnode:
-    """Parse a subscriber znode of either format; bad bytes raise MetadataError."""
-    if data.startswith(HEADER):
-        msg = Subscription()
-        try:
-            msg.ParseFromString(data[len(HEADER) :])
-        except DecodeError as e:
-            raise MetadataError(f"{where}: unreadable subscription: {e}") from None
-        try:
-            last = (
-                DLSN.deserialize_bytes(msg.last_commit_dlsn)
-                if msg.last_commit_dlsn
-                else NonInclusiveLowerBound
-            )
-        except InvalidDLSNError as e:
-            raise MetadataError(f"{where}: bad last_commit_dlsn: {e}") from None
-        return SegmentSubscription(
-            name=msg.name,
-            segment_id=msg.segment_id if msg.HasField("segment_id") else None,
-            last_commit=last,
-            next_segment_id=msg.next_segment_id if msg.HasField("next_segment_id") else None,
-            previous_segment_id=msg.previous_segment_id
-            if msg.HasField("previous_segment_id")
-            else None,
-        )
-    if not data:
-        return ZkPosition(NonInclusiveLowerBound)
+def decode_record(data: bytes, where: str, *, inline: bool = False) -> SegmentSubscription:
+    """Parse a log-segment subscription record (``HEADER`` + ``Subscription``)."""
+    if not data.startswith(HEADER):
+        raise MetadataError(f"{where}: not a dlog subscription record")
+    msg = Subscription()
     try:
-        return ZkPosition(DLSN.deserialize(data.decode("ascii")))
+        msg.ParseFromString(data[len(HEADER) :])
+    except DecodeError as e:
+        raise MetadataError(f"{where}: unreadable subscription: {e}") from None
+    try:
+        last = (
+            DLSN.deserialize_bytes(msg.last_commit_dlsn)
+            if msg.last_commit_dlsn
+            else NonInclusiveLowerBound
+        )
+    except InvalidDLSNError as e:
+        raise MetadataError(f"{where}: bad last_commit_dlsn: {e}") from None
+    return SegmentSubscription(
+        name=msg.name,
+        segment_id=msg.segment_id if msg.HasField("segment_id") else None,
+        last_commit=last,
+        next_segment_id=msg.next_segment_id if msg.HasField("next_segment_id") else None,
+        previous_segment_id=msg.previous_segment_id
+        if msg.HasField("previous_segment_id")
+        else None,
+        inline=inline,
+    )
+
+
+def decode_position(data: bytes, where: str) -> DLSN:
+    """Parse DistributedLog's subscriber znode: a base64 DLSN (empty: none yet)."""
+    if not data:
+        return NonInclusiveLowerBound
+    try:
+        return DLSN.deserialize(data.decode("ascii"))
     except (UnicodeDecodeError, InvalidDLSNError) as e:
         raise MetadataError(
             f"{where}: neither a base64 DLSN nor a dlog subscription: {e}"
         ) from None
 
 
+def decode_subscriber(data: bytes, record: bytes | None, where: str) -> SubscriberZnode:
+    """A subscriber from its znode's bytes and its :data:`RECORD` child's
+    (None: no child). Bad bytes raise MetadataError naming ``where``.
+
+    With a record, the position is the later of the record's and the
+    znode's: they are equal when dlog wrote both (one transaction), and the
+    znode is later when a DistributedLog (Java) consumer committed to it
+    since, which must not be lost either."""
+    if data.startswith(HEADER):
+        if record is not None:
+            raise MetadataError(f"{where}: a subscription record both inline and in {RECORD}")
+        return decode_record(data, where, inline=True)
+    position = decode_position(data, where)
+    if record is None:
+        return ZkPosition(position)
+    sub = decode_record(record, f"{where}/{RECORD}")
+    return sub.replace(last_commit=position) if position > sub.last_commit else sub
+
+
 def encode_zk_position(dlsn: DLSN) -> bytes:
     return dlsn.serialize().encode("ascii")
+
+
+def encode_subscriber(sub: SegmentSubscription) -> tuple[bytes, bytes]:
+    """The subscriber znode's bytes (the position as of the last switch, in
+    DistributedLog's format) and its :data:`RECORD` child's."""
+    return encode_zk_position(sub.last_commit), encode_segment_subscription(sub)
 
 
 def encode_segment_subscription(sub: SegmentSubscription) -> bytes:

@@ -1,10 +1,13 @@
 """The log-segment SubscriptionsStore: positions in ledgers, not znodes.
 
 Each subscription appends ``AdvanceLastCommitDLSN`` records to its own
-segment (a ledger); its znode holds ``Subscription{segment_id,
-last_commit_dlsn}`` and is written only when the segment switches. So a
+segment (a ledger); its record (the ``segment`` child of its znode) holds
+``Subscription{segment_id, last_commit_dlsn}`` and its znode holds
+``last_commit_dlsn`` in DistributedLog's format, for Java readers. Both
+are written, in one transaction, only when the segment switches. So a
 commit costs a ledger append (group-committed by bookies), not a
-ZooKeeper write.
+ZooKeeper write. "The znode" below means that pair; its version is the
+subscriber znode's.
 
 Commits coalesce: an append carries the highest position requested so
 far, a few appends may be in flight, and every caller's future resolves
@@ -76,12 +79,12 @@ from dlog.ledger.metadata import LedgerCloseContext, LedgerCreateContext, Ledger
 from dlog.singleflight import SingleFlight
 from dlog.stream import StreamContext
 from dlog.tasks import BackgroundTasks
-from dlog.zk import BadVersionError, NodeExistsError, NoNodeError
+from dlog.zk import BadVersionError, NodeExistsError, NoNodeError, TransactionOp, first_error
 from subscriptions.format import (
     SEGMENT_FORMAT,
     SegmentSubscription,
     encode_commit,
-    encode_segment_subscription,
+    encode_subscriber,
 )
 from subscriptions.store import ATTEMPTS, SubscriptionsStore
 
@@ -253,7 +256,13 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
             )
             await afailpoint("subscriptions.takeover.before_claim")
             try:
-                version = await self._cas(subscriber_id, intent, found.version)
+                version = await self._cas(
+                    subscriber_id,
+                    intent,
+                    found.version,
+                    record_exists=isinstance(found.znode, SegmentSubscription)
+                    and not found.znode.inline,
+                )
                 break
             except SubscriptionFencedError:
                 # The owner switched segments (or someone else took over)
@@ -500,21 +509,47 @@ class LogSegmentSubscriptionsStore(SubscriptionsStore):
             "subscriber %s: %s: segment %s -> %d at %s", sid, reason, old_segment, new_id, position
         )
 
-    async def _cas(self, subscriber_id: str, sub: SegmentSubscription, version: int | None) -> int:
-        path = self.znode(subscriber_id)
-        data = encode_segment_subscription(sub)
+    async def _cas(
+        self,
+        subscriber_id: str,
+        sub: SegmentSubscription,
+        version: int | None,
+        *,
+        record_exists: bool = True,
+    ) -> int:
+        """Write the subscriber (its znode and its record, one transaction)
+        if its znode is still at ``version`` (None: if it does not exist);
+        returns the new version. SubscriptionFencedError if it is not.
+        ``record_exists`` is False when taking over a subscriber without a
+        record child (ZooKeeper format, or an older dlog's inline record)."""
+        path, record_path = self.znode(subscriber_id), self.record_znode(subscriber_id)
+        data, record = encode_subscriber(sub)
+        ops: list[TransactionOp]
+        if version is None or version < 0:
+            ops = [("create", (path, data), {}), ("create", (record_path, record), {})]
+        else:
+            ops = [("set_data", (path, data), {"version": version})]
+            if record_exists:
+                ops.append(("set_data", (record_path, record), {}))
+            else:
+                ops.append(("create", (record_path, record), {}))
+        results = await self.zk.transaction(ops)
+        error = first_error(results)
+        if isinstance(error, NoNodeError) and ops[0][0] == "create":
+            # No subscribers znode yet (Java creates it with the first subscriber).
+            await self.zk.ensure_path(self.path)
+            results = await self.zk.transaction(ops)
+            error = first_error(results)
+        if error is None:
+            return 0 if version is None or version < 0 else int(results[0].version)
         new_version = 0 if version is None or version < 0 else version + 1
-        try:
-            if version is None or version < 0:  # new_version == 0
-                await self.zk.create(path, data, makepath=True)
-                return 0
-            return (await self.zk.set(path, data, version=version)).version
-        except (BadVersionError, NodeExistsError, NoNodeError) as e:
-            if await self._landed(subscriber_id, e, data, new_version):
+        if isinstance(error, (BadVersionError, NodeExistsError, NoNodeError)):
+            if await self._landed(subscriber_id, error, new_version, data, record):
                 return new_version
             raise SubscriptionFencedError(
                 f"stream {self.stream!r}: subscriber {subscriber_id!r} was changed by another owner"
             ) from None
+        raise error
 
     # ------------------------------------------------------------------
     # admin and shutdown

@@ -41,13 +41,15 @@ from dlog.segment_reader import last_entry
 from dlog.stream import StreamContext
 from dlog.zk import BadVersionError, NoNodeError, NotEmptyError, first_error
 from subscriptions.format import (
+    HEADER,
+    RECORD,
     SEGMENT_FORMAT,
     ZK_FORMAT,
     SegmentSubscription,
     SubscriberZnode,
     ZkPosition,
     decode_commit,
-    decode_znode,
+    decode_subscriber,
     validate_subscriber_id,
 )
 
@@ -118,6 +120,10 @@ class SubscriptionsStore(abc.ABC):
 
     def owner_znode(self, subscriber_id: str) -> str:
         return f"{self.znode(subscriber_id)}/{OWNER}"
+
+    def record_znode(self, subscriber_id: str) -> str:
+        """The child holding a log-segment subscription's record."""
+        return f"{self.znode(subscriber_id)}/{RECORD}"
 
     def data_set(self, subscriber_id: str) -> str:
         """The BP-44 data set of a subscription's segment ledgers."""
@@ -246,12 +252,38 @@ class SubscriptionsStore(abc.ABC):
             return []
 
     async def read_znode(self, subscriber_id: str) -> tuple[SubscriberZnode | None, int | None]:
+        """The subscriber and its znode's version (the version every owner's
+        compare-and-set is on).
+
+        The znode is read first, then its record child, so the record is the
+        one of that version or a later one: dlog writes both together. A
+        later record is safe to act on with the earlier version: a takeover
+        fences the later record's segments too and its compare-and-set at
+        the earlier version then fails and reads again; a position read from
+        it is a later one. A record gone since the znode was read (converted
+        to the ZooKeeper format) means the znode changed: read again, rather
+        than take the last switch's position for the current one. A znode
+        without children has no record, which saves the second read."""
         path = self.znode(subscriber_id)
-        try:
-            data, stat = await self.zk.get(path)
-        except NoNodeError:
-            return None, None
-        return decode_znode(data, path), stat.version
+        for _ in range(ATTEMPTS):
+            try:
+                data, stat = await self.zk.get(path)
+            except NoNodeError:
+                return None, None
+            record: bytes | None = None
+            if stat.numChildren and not data.startswith(HEADER):
+                try:
+                    record, _ = await self.zk.get(f"{path}/{RECORD}")
+                except NoNodeError:
+                    # Deleted after the znode was read (converted to the
+                    # ZooKeeper format)? Then the znode changed too.
+                    now = await self.zk.exists(path)
+                    if now is None or now.mzxid != stat.mzxid:
+                        continue
+            return decode_subscriber(data, record, path), stat.version
+        raise SubscriptionFencedError(
+            f"stream {self.stream!r}: subscriber {subscriber_id!r} kept changing while being read"
+        )
 
     async def read_owner(self, subscriber_id: str) -> dict[str, str] | None:
         """The live log-segment owner's registration, or None."""
@@ -417,19 +449,37 @@ class SubscriptionsStore(abc.ABC):
             raise error
 
     async def _landed(
-        self, subscriber_id: str, error: ZooKeeperError, data: bytes, version: int
+        self,
+        subscriber_id: str,
+        error: ZooKeeperError,
+        version: int,
+        data: bytes,
+        record: bytes | None,
     ) -> bool:
         """Whether a write that failed with ``error`` had in fact landed:
         retried after a lost answer (``error.attempts > 1``), its first
-        attempt may have written ``data`` at ``version`` and the retry then
-        met its own write (BadVersion, NodeExists)."""
+        attempt may have written ``data`` (and ``record``, or deleted the
+        record if None) at ``version``, and the retry then met its own write
+        (BadVersion, NodeExists)."""
         if error.attempts <= 1:
             return False
+        found, found_record, found_version = await self._read_raw(subscriber_id)
+        return found == data and found_record == record and found_version == version
+
+    async def _read_raw(self, subscriber_id: str) -> tuple[bytes | None, bytes | None, int | None]:
+        """The subscriber znode's bytes, its record's and its version; None
+        for what does not exist. (Not one moment's: for :meth:`_landed`,
+        which compares with a write that carries a unique record.)"""
+        path = self.znode(subscriber_id)
         try:
-            current, stat = await self.zk.get(self.znode(subscriber_id))
+            data, stat = await self.zk.get(path)
         except NoNodeError:
-            return False
-        return current == data and stat.version == version
+            return None, None, None
+        try:
+            record, _ = await self.zk.get(f"{path}/{RECORD}")
+        except NoNodeError:
+            record = None
+        return data, record, stat.version
 
     async def _delete_ledgers(self, *ledger_ids: int | None) -> None:
         """Delete ledgers that may or may not exist (cleanup is idempotent).

@@ -13,11 +13,11 @@ import asyncio
 import dataclasses
 import logging
 
-from dlog.dlsn import DLSN, NonInclusiveLowerBound
+from dlog.dlsn import DLSN
 from dlog.errors import SubscriptionFencedError
 from dlog.singleflight import SingleFlight
 from dlog.stream import StreamContext
-from dlog.zk import BadVersionError, NodeExistsError, NoNodeError
+from dlog.zk import BadVersionError, NodeExistsError, NoNodeError, TransactionOp, first_error
 from subscriptions.format import ZK_FORMAT, SegmentSubscription, ZkPosition, encode_zk_position
 from subscriptions.store import ATTEMPTS, SubscriptionsStore
 
@@ -84,26 +84,26 @@ class ZKSubscriptionsStore(SubscriptionsStore):
             if not isinstance(found.znode, SegmentSubscription):
                 return _State(found.position, found.version)
             # Convert: every segment its owner could append to is fenced;
-            # write the position in DistributedLog's format (compare-and-set:
-            # if the owner switched segments meanwhile, fence again), then
-            # drop the segments and the owner's registration.
+            # write the position in DistributedLog's format and delete the
+            # record, in one transaction (compare-and-set: if the owner
+            # switched segments meanwhile, fence again), then drop the
+            # segments and the owner's registration.
             data = encode_zk_position(found.position)
-            try:
-                version = (
-                    await self.zk.set(
-                        self.znode(subscriber_id),
-                        data,
-                        version=found.version if found.version is not None else -1,
-                    )
-                ).version
-            except BadVersionError as e:
-                if found.version is None or not await self._landed(
-                    subscriber_id, e, data, found.version + 1
-                ):
-                    continue
-                version = found.version + 1
-            except NoNodeError:
-                return _State(NonInclusiveLowerBound, None)  # deleted meanwhile
+            assert found.version is not None
+            ops: list[TransactionOp] = [
+                ("set_data", (self.znode(subscriber_id), data), {"version": found.version})
+            ]
+            if not found.znode.inline:
+                ops.append(("delete", (self.record_znode(subscriber_id),), {}))
+            error = first_error(await self.zk.transaction(ops))
+            if error is not None and not (
+                isinstance(error, BadVersionError)
+                and await self._landed(subscriber_id, error, found.version + 1, data, None)
+            ):
+                if isinstance(error, (BadVersionError, NoNodeError)):
+                    continue  # changed or deleted meanwhile: read again
+                raise error
+            version = found.version + 1
             z = found.znode
             await self._delete_ledgers(z.segment_id, z.next_segment_id, z.previous_segment_id)
             try:

@@ -13,7 +13,9 @@ ZooKeeper>/ledgers``; creating one already bound to those bookies is not an
 error, to others is. The URI is the argument, else ``--uri``, else
 ``$DLOG_URI``. ``upgrade`` moves streams written by older dlog releases
 into DistributedLog's ``<stream>/<default>`` layout (see
-:mod:`dlog.layout_upgrade`).
+:mod:`dlog.layout_upgrade`) and their log-segment subscription records
+into a child of a znode holding a DistributedLog position (see
+:mod:`subscriptions.upgrade`).
 """
 
 from __future__ import annotations
@@ -190,26 +192,43 @@ def upgrade(
     ),
 ) -> None:
     """Move streams of older dlog releases (no <default> level) into
-    DistributedLog's layout, so dlog and Java clients can open them."""
+    DistributedLog's layout, and their log-segment subscription records
+    beside a DistributedLog position, so dlog and Java clients can open them."""
     from dlog.layout_upgrade import upgrade_namespace
-    from dlog.log_metadata import read_namespace_binding
+    from dlog.log_metadata import SUBSCRIBERS, LogMetadataStore, read_namespace_binding
     from dlog.namespace import namespace_not_found
     from dlog.uri import parse_namespace_uri
+    from subscriptions.upgrade import move_inline_records
 
     ns_uri, cfg = resolve(_namespace_uri(ns_uri, uri), conf, set_)
     setup_logging(default="WARNING")
     path = parse_namespace_uri(ns_uri).path
 
-    async def body(zk: ZooKeeper) -> list[tuple[str, int, bool]]:
+    async def body(zk: ZooKeeper) -> tuple[list[tuple[str, int, bool]], dict[str, list[str]]]:
         if await read_namespace_binding(zk, path) is None:
             raise namespace_not_found(ns_uri)
         done = await upgrade_namespace(zk, path, dry_run=dry_run)
-        return [(s.name, s.znodes, s.transaction) for s in done]
+        store = LogMetadataStore(zk, path)
+        records = {}
+        for s in done:
+            # In a dry run an old-layout stream's subscribers are still where
+            # old releases kept them.
+            p = store.paths(s.name)
+            where = f"{p.stream}/{SUBSCRIBERS}" if dry_run and s.znodes else p.subscribers
+            records[s.name] = await move_inline_records(zk, where, dry_run=dry_run)
+        return [(s.name, s.znodes, s.transaction) for s in done], records
 
-    moved = [s for s in _run_zk(ns_uri, cfg, body) if s[1]]
+    streams, records = _run_zk(ns_uri, cfg, body)
+    moved = [s for s in streams if s[1]]
     verb = "would move" if dry_run else "moved"
     for name, znodes, in_one in moved:
         how = "in one transaction" if in_one else "copy then delete"
         print(f"{verb} {name}: {znodes} znodes to {name}/<default> ({how})")
-    if not moved:
+    for name, subscribers in records.items():
+        if subscribers:
+            print(
+                f"{verb} {name}: {len(subscribers)} subscription records beside a "
+                f"DistributedLog position ({', '.join(subscribers)})"
+            )
+    if not moved and not any(records.values()):
         print(f"namespace {ns_uri}: every stream is already in DistributedLog's layout")

@@ -271,7 +271,9 @@ class DLogConfig(Config):
         "logSegmentBasedSubscriptionsStoreEnabled",
         False,
         "dlog extension: keep subscriber commit positions in a log-segment based "
-        "store instead of one ZooKeeper znode per subscriber (DistributedLog's only store).",
+        "store instead of one ZooKeeper znode per subscriber (DistributedLog's only store). "
+        "Java DistributedLog consumers still read each subscriber's znode: it holds the "
+        "position as of the subscription's last segment switch.",
     )
     subscription_segment_max_entries: int = setting(
         "subscriptionSegmentMaxEntries",

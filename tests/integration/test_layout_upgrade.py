@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 
-from dlog.dlsn import DLSN
+from dlog.dlsn import DLSN, NonInclusiveLowerBound
 from dlog.layout_upgrade import _upgrade_stream, upgrade_namespace
 from dlog.log_metadata import LEGACY_CHILDREN, LegacyLayoutError, LogMetadataStore
 from dlog.record import LogRecord
 from dlog.zk import ZooKeeper
+from subscriptions.format import HEADER, RECORD, decode_record
+from tests.compat.distributedlog_rules import java_position
 
 STREAMS = {"zk-subs": False, "seg-subs": True}  # stream -> log-segment subscriptions
 RECORDS = 60
@@ -63,6 +65,13 @@ async def write_old_namespace(open_namespace, zk: ZooKeeper, ns_path: str) -> di
         for child in LEGACY_CHILDREN:
             await _move(zk, f"{stream}/<default>/{child}", f"{stream}/{child}")
         await zk.delete_recursive(f"{stream}/<default>")
+        # Old releases kept a log-segment subscription's record in the
+        # subscriber znode itself.
+        for sid in await zk.get_children(f"{stream}/subscribers"):
+            path = f"{stream}/subscribers/{sid}"
+            if await zk.exists(f"{path}/{RECORD}") is not None:
+                await zk.set(path, (await zk.get(f"{path}/{RECORD}"))[0])
+                await zk.delete(f"{path}/{RECORD}")
     return expected
 
 
@@ -124,22 +133,33 @@ async def test_upgrade_moves_every_stream_and_loses_nothing(
     dry = upgrade_cli(ns_uri, "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert all(f"would move {name}:" in dry.stdout for name in STREAMS), dry.stdout
+    assert "would move seg-subs: 2 subscription records" in dry.stdout, dry.stdout
+    assert "zk-subs: 2 subscription records" not in dry.stdout, dry.stdout
     assert await tree(zk, ns_path) == before
 
     done = upgrade_cli(ns_uri)
     assert done.returncode == 0, done.stderr
     assert all(f"moved {name}:" in done.stdout for name in STREAMS), done.stdout
     assert "one transaction" in done.stdout
+    assert "moved seg-subs: 2 subscription records" in done.stdout, done.stdout
     store = LogMetadataStore(zk, ns_path)
     for name in STREAMS:
         p = store.paths(name)
         assert await zk.get_children(p.stream) == ["<default>"]
         assert (await zk.get(p.version))[0] == b"\xff\xff\xff\xff"
-        # Every old znode, with its data, now one level down.
+        # Every old znode, with its data, now one level down; an inline
+        # subscription record one further, in the subscriber's child, and
+        # the subscriber znode holds its position as DistributedLog does.
         for path, data in before.items():
             if path.startswith(f"{p.stream}/"):
                 moved = p.root + path[len(p.stream) :]
-                assert (await zk.get(moved))[0] == data, moved
+                if data.startswith(HEADER):
+                    record = decode_record(data, path)
+                    assert (await zk.get(f"{moved}/{RECORD}"))[0] == data, moved
+                    assert java_position((await zk.get(moved))[0]) == record.last_commit
+                    assert record.last_commit > NonInclusiveLowerBound
+                else:
+                    assert (await zk.get(moved))[0] == data, moved
     await assert_nothing_lost(open_namespace, expected)
 
     after = await tree(zk, ns_path)

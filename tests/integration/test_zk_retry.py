@@ -26,8 +26,10 @@ from dlog.zk import (
     NodeExistsError,
     NoNodeError,
     Retry,
+    TransactionOp,
     ZooKeeper,
     ZooKeeperClosedError,
+    first_error,
 )
 
 pytestmark = pytest.mark.integration
@@ -302,13 +304,18 @@ async def test_subscription_stores_recognise_their_own_write_after_a_connection_
     async def converted() -> bool:
         return await version_of(zk, path) == 2
 
-    e = await answer_lost(relay, _expect_bad_version(client.set(path, data, version=1)), converted)
-    assert e.attempts == 2
-    assert await zk_store._landed("sub", e, data, 2)
-    assert not await zk_store._landed("sub", e, b"other", 2)
+    ops: list[TransactionOp] = [
+        ("set_data", (path, data), {"version": 1}),
+        ("delete", (store.record_znode("sub"),), {}),
+    ]
+    e = await answer_lost(relay, _failed_transaction(client, ops), converted)
+    assert isinstance(e, BadVersionError) and e.attempts == 2
+    assert await zk_store._landed("sub", e, 2, data, None)
+    assert not await zk_store._landed("sub", e, 2, b"other", None)
+    assert not await zk_store._landed("sub", e, 2, data, b"a record")
 
 
-async def _expect_bad_version(call: Awaitable[Any]) -> BadVersionError:
-    with pytest.raises(BadVersionError) as e:
-        await call
-    return e.value
+async def _failed_transaction(client: ZooKeeper, ops: list[TransactionOp]) -> BaseException:
+    error = first_error(await client.transaction(ops))
+    assert error is not None
+    return error
