@@ -59,7 +59,9 @@ from dlog.dlsn import DLSN, NonInclusiveLowerBound
 from dlog.errors import DLogError, SubscriptionFencedError
 from dlog.loop_thread import LoopThread
 from dlog.namespace import Namespace
+from dlog.zk import NoNodeError
 from subscriptions.log_segment import LogSegmentSubscriptionsStore
+from tests.compat.distributedlog_rules import java_is_valid, java_position
 from tests.crash import crash, expire_session
 
 pytestmark = pytest.mark.timeout(900)
@@ -159,6 +161,7 @@ class SubscriptionMachine(RuleBasedStateMachine):
         self.reader = self.run(self._store(self.reader_ns))
         self.acks: list[tuple[int, DLSN, int]] = []  # (slot, commit, stamp)
         self.sent: set[DLSN] = set()
+        self.java_seen = NonInclusiveLowerBound
         self.next_entry = 0
         self.owner: int | None = None
         #: When the latest takeover won (or the owner released): only the
@@ -243,6 +246,17 @@ class SubscriptionMachine(RuleBasedStateMachine):
             f"{self._max_acked(before=won_at)}"
         )
         assert position == NonInclusiveLowerBound or position in self.sent, position
+        # What a Java consumer reads: a valid position (never "the start"
+        # because of an unreadable znode), one committed, never going back.
+        try:
+            data, _ = self.run(self.reader.zk.get(self.reader.znode(SID)))
+        except NoNodeError:
+            return
+        assert java_is_valid(data), data
+        java = java_position(data)
+        assert java == NonInclusiveLowerBound or java in self.sent, java
+        assert java >= self.java_seen, f"Java's position went back from {self.java_seen} to {java}"
+        self.java_seen = java
         if won_at >= self.won_at:
             self.owner, self.won_at = inst.slot, won_at
             # Uncontested, unless another takeover is still under way (it
@@ -619,6 +633,17 @@ class SubscriptionMachine(RuleBasedStateMachine):
             f"a fresh read returned {position}, below the acknowledged {self._max_acked()}"
         )
         assert position == NonInclusiveLowerBound or position in self.sent, position
+        # What a Java consumer reads: a valid position (never "the start"
+        # because of an unreadable znode), one committed, never going back.
+        try:
+            data, _ = self.run(self.reader.zk.get(self.reader.znode(SID)))
+        except NoNodeError:
+            return
+        assert java_is_valid(data), data
+        java = java_position(data)
+        assert java == NonInclusiveLowerBound or java in self.sent, java
+        assert java >= self.java_seen, f"Java's position went back from {self.java_seen} to {java}"
+        self.java_seen = java
 
     def teardown(self) -> None:
         try:
