@@ -263,6 +263,75 @@ class BookieConfig(Config):
         min=1,
         unit="s",
     )
+    gc_wait_time: int = setting(
+        "gcWaitTime",
+        600000,
+        "How often the garbage collector runs: it drops the data of deleted ledgers, "
+        "removes entry logs with no live entry and compacts the rest by the thresholds below.",
+        min=1,
+        unit="ms",
+    )
+    gc_overreplicated_ledger_wait_time: int = setting(
+        "gcOverreplicatedLedgerWaitTime",
+        86400000,
+        "How often the garbage collector looks for ledgers stored here whose ensembles no "
+        "longer include this bookie (over-replicated, after re-replication) and drops them.",
+        min=1,
+        unit="ms",
+    )
+    minor_compaction_threshold: float = setting(
+        "minorCompactionThreshold",
+        0.2,
+        "Minor compaction rewrites an entry log whose live fraction is below this "
+        "(0 disables minor compaction).",
+        min=0.0,
+        max=1.0,
+    )
+    minor_compaction_interval: int = setting(
+        "minorCompactionInterval",
+        3600,
+        "Time between minor compactions (0 or less disables them).",
+        unit="s",
+    )
+    major_compaction_threshold: float = setting(
+        "majorCompactionThreshold",
+        0.8,
+        "Major compaction rewrites an entry log whose live fraction is below this "
+        "(0 disables major compaction).",
+        min=0.0,
+        max=1.0,
+    )
+    major_compaction_interval: int = setting(
+        "majorCompactionInterval",
+        86400,
+        "Time between major compactions (0 or less disables them).",
+        unit="s",
+    )
+    is_throttle_by_bytes: bool = setting(
+        "isThrottleByBytes",
+        False,
+        "Limit compaction by compactionRateByBytes instead of compactionRateByEntries.",
+    )
+    compaction_rate_by_entries: int = setting(
+        "compactionRateByEntries",
+        1000,
+        "Most entries compaction rewrites per second (unless isThrottleByBytes).",
+        min=1,
+        unit="entries/s",
+    )
+    compaction_rate_by_bytes: int = setting(
+        "compactionRateByBytes",
+        1000000,
+        "Most bytes compaction rewrites per second (with isThrottleByBytes).",
+        min=1,
+        unit="bytes/s",
+    )
+    is_force_gc_allow_when_no_space: bool = setting(
+        "isForceGCAllowWhenNoSpace",
+        False,
+        "When every ledger directory is full, run garbage collection and compaction at "
+        "once (and keep running them) to win space back.",
+    )
     db_storage_write_cache_max_size_mb: int = setting(
         "dbStorage_writeCacheMaxSizeMb",
         0,
@@ -304,6 +373,17 @@ class BookieConfig(Config):
                 "diskUsageLwmThreshold",
                 f"must not exceed diskUsageThreshold ({self.disk_usage_threshold})",
             )
+        if self.minor_compaction_threshold > self.major_compaction_threshold:
+            yield (
+                "minorCompactionThreshold",
+                f"must not exceed majorCompactionThreshold ({self.major_compaction_threshold})",
+            )
+        for key, interval in (
+            ("minorCompactionInterval", self.minor_compaction_interval),
+            ("majorCompactionInterval", self.major_compaction_interval),
+        ):
+            if 0 < interval * 1000 < self.gc_wait_time:
+                yield (key, f"must be 0 or at least gcWaitTime ({self.gc_wait_time} ms)")
         if len(set(self.journal_directories)) != len(self.journal_directories):
             yield ("journalDirectories", "lists a directory twice")
         if len(set(self.ledger_directories)) != len(self.ledger_directories):
