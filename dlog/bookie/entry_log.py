@@ -138,6 +138,25 @@ class EntryLogFile:
     def add_batch(self, ledger_id: int, entries: list[bytes]) -> list[int]:
         """Append entries of one ledger; returns their locations. The bytes
         are handed to the kernel with pwritev, never copied in Python."""
+        every = self._flush_every
+        if not every:
+            return self._add_batch(ledger_id, entries)
+        # flushEntrylogBytes: sync each time that many bytes were added, also
+        # inside one big batch (as BookKeeper's buffered channel does).
+        locations: list[int] = []
+        start = 0
+        room = every - self._unsynced - self._parts_bytes
+        for i, data in enumerate(entries):
+            room -= len(data) + 4
+            if room <= 0:
+                locations += self._add_batch(ledger_id, entries[start : i + 1])
+                start = i + 1
+                room = every - self._unsynced - self._parts_bytes
+        if start < len(entries):
+            locations += self._add_batch(ledger_id, entries[start:])
+        return locations
+
+    def _add_batch(self, ledger_id: int, entries: list[bytes]) -> list[int]:
         base = self.log_id << 32
         pos = self.size
         locations = []
@@ -154,7 +173,10 @@ class EntryLogFile:
         self.size = pos
         self._parts_bytes += added
         self.ledgers[ledger_id] = self.ledgers.get(ledger_id, 0) + added
-        if self._parts_bytes >= WRITE_THRESHOLD:
+        if self._parts_bytes >= WRITE_THRESHOLD or (
+            # flushEntrylogBytes below the write threshold: write (and sync) that often
+            self._flush_every and self._unsynced + self._parts_bytes >= self._flush_every
+        ):
             self._write_parts()
         return locations
 

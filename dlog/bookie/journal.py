@@ -8,7 +8,13 @@ records, or (with ``journalFlushWhenQueueEmpty``) as soon as no more
 requests are being processed. The journal thread writes every group that is
 waiting and then issues one fdatasync for all of them (the force-write
 step), off the event loop. Callbacks run on the loop after the fsync that
-covers their record.
+covers their record (``journalSyncData=false`` skips the fsync: the callback
+runs once the bytes are in the page cache).
+
+The groups a batch holds go to the file in writes of at most
+``journalWriteBufferSizeKB``, as BookKeeper's journal fills its write buffer
+and writes it out when full: many small groups share one write, and one big
+group is cut into buffer-sized writes.
 """
 
 from __future__ import annotations
@@ -85,6 +91,7 @@ class Journal:
         self._max_size = conf.journal_max_size_mb * 1024 * 1024
         self._prealloc = conf.journal_pre_alloc_size_mb * 1024 * 1024
         self._alignment = conf.journal_alignment_size
+        self._write_buffer = conf.journal_write_buffer_size_kb * 1024
 
         self.stats = JournalStats()
         self.last_synced_mark = jf.LogMark()
@@ -306,15 +313,25 @@ class Journal:
                 self._reopen = False
                 if old >= 0:
                     os.close(old)
+            buffered: list[bytes] = []  # bytes not yet written, ending at self._offset
+            nbuffered = 0
             for g in groups:
                 if self._offset + g.nbytes > self._max_size and self._offset > jf.HEADER_SIZE:
+                    self._write_buffered(buffered, nbuffered, final=True)
+                    buffered, nbuffered = [], 0
                     self._roll()
                 pad = jf.padding_record(self._offset + g.nbytes, self._alignment)
                 total = g.nbytes + len(pad)
                 self._ensure_space(total)
-                self._write_parts(g.parts + [pad] if pad else g.parts, self._offset)
+                buffered += g.parts
+                if pad:
+                    buffered.append(pad)
+                nbuffered += total
                 self._offset += total
                 self.stats.bytes_written += total
+                if nbuffered >= self._write_buffer:
+                    buffered, nbuffered = self._write_buffered(buffered, nbuffered, final=False)
+            self._write_buffered(buffered, nbuffered, final=True)
             t0 = time.monotonic()
             if self._sync:
                 fileio.fdatasync(self._fd, "journal.fsync")
@@ -331,6 +348,36 @@ class Journal:
                 except RuntimeError:
                     pass
             return EIO, 0.0
+
+    def _write_buffered(
+        self, parts: list[bytes], nbytes: int, *, final: bool
+    ) -> tuple[list[bytes], int]:
+        """Write the ``nbytes`` of ``parts`` (they end at ``self._offset``) in
+        writes of ``journalWriteBufferSizeKB``: every full buffer, and the
+        last partial one too when ``final``. Returns what is left unwritten."""
+        size = self._write_buffer
+        offset = self._offset - nbytes
+        chunk: list[bytes] = []
+        filled = 0
+        for part in parts:
+            if filled + len(part) < size:  # the common case: no copy, no slicing
+                chunk.append(part)
+                filled += len(part)
+                continue
+            view = memoryview(part)
+            while len(view):
+                take = min(len(view), size - filled)
+                chunk.append(view[:take])  # type: ignore[arg-type]  # pwritev takes any buffer
+                view = view[take:]
+                filled += take
+                if filled == size:
+                    self._write_parts(chunk, offset)
+                    offset += filled
+                    chunk, filled = [], 0
+        if final and filled:
+            self._write_parts(chunk, offset)
+            chunk, filled = [], 0
+        return chunk, filled
 
     def _write_parts(self, parts: list[bytes], offset: int) -> None:
         """Write ``parts`` contiguously at ``offset`` with as few syscalls as

@@ -189,7 +189,12 @@ class BookieConfig(Config):
         unit="MiB",
     )
     journal_write_buffer_size_kb: int = setting(
-        "journalWriteBufferSizeKB", 64, "Size of a single journal write.", min=4, unit="KiB"
+        "journalWriteBufferSizeKB",
+        64,
+        "Journal write buffer: bytes gathered before a write() to the journal file. "
+        "Small groups share a write; a bigger group is written in pieces of this size.",
+        min=4,
+        unit="KiB",
     )
     journal_alignment_size: int = setting(
         "journalAlignmentSize",
