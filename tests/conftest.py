@@ -1,5 +1,13 @@
 """Shared fixtures: a real ZooKeeper server for the whole session, and a
-fresh ZooKeeper root per test so tests never see each other's znodes."""
+fresh ZooKeeper root per test so tests never see each other's znodes.
+
+Bookies started by ``make_bookie`` and ``bookie_cluster`` run with
+``entryLogPerLedgerEnabled`` from the ``entry_log_per_ledger`` fixture: off,
+unless ``DLOG_TEST_ENTRY_LOG_PER_LEDGER=1`` turns it on for the whole run.
+A module marked ``pytestmark = pytest.mark.both_entry_log_modes`` runs each
+of its bookie tests twice, once per mode (a representative subset: running
+every module twice would double the suite's time).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +24,39 @@ from dlog.zk import ZooKeeper
 # Clients still connected when the session's ZooKeeper stops log a warning
 # per reconnect attempt; it is noise in test output.
 logging.getLogger("kazoo").setLevel(logging.ERROR)
+
+
+#: Test ids of the two entry log modes.
+ENTRY_LOG_MODES = {False: "single-log", True: "log-per-ledger"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "both_entry_log_modes: run the module's bookie tests with entryLogPerLedgerEnabled "
+        "off and on",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "entry_log_per_ledger" in metafunc.fixturenames and metafunc.definition.get_closest_marker(
+        "both_entry_log_modes"
+    ):
+        metafunc.parametrize(
+            "entry_log_per_ledger",
+            list(ENTRY_LOG_MODES),
+            ids=list(ENTRY_LOG_MODES.values()),
+            indirect=True,
+        )
+
+
+@pytest.fixture
+def entry_log_per_ledger(request: pytest.FixtureRequest) -> bool:
+    """``entryLogPerLedgerEnabled`` for this test's bookies (see the module doc)."""
+    param = getattr(request, "param", None)
+    if param is not None:
+        return bool(param)
+    return os.environ.get("DLOG_TEST_ENTRY_LOG_PER_LEDGER", "") not in ("", "0", "false")
 
 
 @pytest.fixture(scope="session")
@@ -51,25 +92,36 @@ async def zk(zk_server: ZooKeeperServer) -> AsyncIterator[ZooKeeper]:
 
 
 @pytest.fixture
-async def make_bookie(tmp_path, ledgers_uri):  # type: ignore[no-untyped-def]
+async def make_bookie(tmp_path, ledgers_uri, entry_log_per_ledger):  # type: ignore[no-untyped-def]
     """Start in-process bookies (real server, real files) sharing this
     test's ledgers root; all are stopped at the end of the test. Each is a
-    BookieService: ``.server`` and ``.core`` (the Bookie)."""
+    BookieService: ``.server`` and ``.core`` (the Bookie).
+
+    ``conf_file``: a bookie.conf read as ``dlog bookie --conf`` reads it;
+    its keys win over the fixture's settings (directories, port, metadata
+    service) and ``overrides``."""
     from dlog.bookie.service import BookieService
+    from dlog.conf.bookie import BookieConfig
     from dlog.sandbox.bookies import bookie_config
     from dlog.sandbox.zookeeper import free_port
 
     started: list[BookieService] = []
 
     async def factory(
-        name: str = "b0", port: int | None = None, **overrides: object
+        name: str = "b0",
+        port: int | None = None,
+        *,
+        conf_file: os.PathLike[str] | str | None = None,
+        **overrides: object,
     ) -> BookieService:
         conf = bookie_config(
             tmp_path / name,
             port=port or free_port(),
             metadata_service_uri=ledgers_uri,
-            **overrides,
+            **{"entryLogPerLedgerEnabled": entry_log_per_ledger, **overrides},
         )
+        if conf_file is not None:
+            conf = BookieConfig.load(conf_file, defaults=conf.to_properties())
         bookie = BookieService(conf)
         await bookie.start()
         started.append(bookie)
@@ -83,7 +135,7 @@ async def make_bookie(tmp_path, ledgers_uri):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def bookie_cluster(tmp_path, ledgers_uri):  # type: ignore[no-untyped-def]
+def bookie_cluster(tmp_path, ledgers_uri, entry_log_per_ledger):  # type: ignore[no-untyped-def]
     """Start N real bookie processes (``python -m dlog bookie``) on this
     test's ledgers root; they can be kill -9'd and restarted."""
     from dlog.sandbox.bookies import BookieCluster
@@ -92,7 +144,10 @@ def bookie_cluster(tmp_path, ledgers_uri):  # type: ignore[no-untyped-def]
 
     def factory(count: int = 3, **overrides: object) -> BookieCluster:
         cluster = BookieCluster(
-            tmp_path / f"cluster-{len(clusters)}", ledgers_uri, count, **overrides
+            tmp_path / f"cluster-{len(clusters)}",
+            ledgers_uri,
+            count,
+            **{"entryLogPerLedgerEnabled": entry_log_per_ledger, **overrides},
         )
         clusters.append(cluster)
         return cluster.start()
