@@ -7,7 +7,9 @@ single-active-log manager and the log-per-ledger manager are
 interchangeable without flags anywhere else.
 
 The storage flush thread calls :meth:`add_entry` and :meth:`flush`; the
-event loop calls :meth:`write_close`. Implementations lock accordingly.
+event loop calls :meth:`write_close`, and :meth:`rotate_ledger`, which only
+records the request (no lock: a flush may hold it across an fsync) for the
+next add or flush to apply under the lock.
 
 A storage flush is bracketed by :meth:`begin_flush` and, if any write or
 sync in it fails, :meth:`rollback`: every log it touched goes back to where
@@ -39,6 +41,10 @@ class EntryLogManager(abc.ABC):
         # Rotated logs that are not yet sealed and synced.
         self._rotated: list[EntryLogFile] = []
         self.write_closed: set[int] = set()
+        # Ledgers whose log must rotate before their next entry (an add
+        # failed on the bookie): filled from the event loop, drained under
+        # the lock by :meth:`_apply_rotations`.
+        self._rotate_requested: set[int] = set()
         # Where each open log stood when the current flush began.
         self._savepoints: dict[int, Savepoint] = {}
 
@@ -60,6 +66,7 @@ class EntryLogManager(abc.ABC):
         locations: list[int] = []
         limit = self.log_size_limit
         with self._lock:
+            self._apply_rotations()
             i = 0
             while i < len(entries):
                 f = self._log_for(ledger_id, len(entries[i]))
@@ -90,6 +97,7 @@ class EntryLogManager(abc.ABC):
         """Sync every open log and seal the rotated ones (a log leaves the
         rotated list only once it is sealed, so a failure is retried)."""
         with self._lock:
+            self._apply_rotations()
             for f in self.active_logs():
                 f.flush()
             while self._rotated:
@@ -104,8 +112,28 @@ class EntryLogManager(abc.ABC):
         with self._lock:
             self.write_closed.add(ledger_id)
 
+    def rotate_ledger(self, ledger_id: int) -> None:
+        """BP-32 "rotate first": an add of ``ledger_id`` failed on this
+        bookie, so the client will likely move the ledger elsewhere; its
+        log stops taking entries before anything else is written to it and
+        is sealed at the next flush. Callable from the event loop."""
+        self._rotate_requested.add(ledger_id)
+
+    def _apply_rotations(self) -> None:
+        """Under the lock: carry out :meth:`rotate_ledger` requests."""
+        while self._rotate_requested:
+            self._rotate_ledger_now(self._rotate_requested.pop())
+
+    def _rotate_ledger_now(self, ledger_id: int) -> None:  # noqa: B027 - an optional hook
+        """Rotate the log ``ledger_id`` writes to, if it has one of its own."""
+
     def _rotate(self, f: EntryLogFile) -> None:
         self._rotated.append(f)
+
+    def open_log_ids(self) -> set[int]:
+        """Logs still being written or sealed: not for the garbage collector."""
+        with self._lock:
+            return {f.log_id for f in self.active_logs() + self._rotated}
 
     @property
     def least_unflushed_log_id(self) -> int:
@@ -157,6 +185,10 @@ class SingleActiveEntryLogManager(EntryLogManager):
         with self._lock:
             self.write_closed.clear()
 
+    # _rotate_ledger_now stays a no-op: the shared log holds every other
+    # ledger's entries too, and one failing ledger must not make a storm of
+    # tiny logs for all of them.
+
     def _close_active(self) -> None:
         self._current = None
 
@@ -169,7 +201,8 @@ class EntryLogManagerForEntryLogPerLedger(EntryLogManager):
     write-closed (BP-32, at the next checkpoint), when it has not been
     written for ``entrylogMapAccessExpiryTimeInSeconds`` (at a checkpoint),
     or when more than ``maximumNumberOfActiveEntryLogs`` logs are open (the
-    least recently written one)."""
+    least recently written one), and before the ledger's next entry when an
+    add of it failed on the bookie (BP-32's "rotate first")."""
 
     def __init__(
         self,
@@ -204,6 +237,16 @@ class EntryLogManagerForEntryLogPerLedger(EntryLogManager):
 
     def active_logs(self) -> list[EntryLogFile]:
         return [f for f, _ in self._logs.values()]
+
+    def _rotate_ledger_now(self, ledger_id: int) -> None:
+        current = self._logs.pop(ledger_id, None)
+        if current is not None:
+            self._rotate(current[0])
+            log.info(
+                "ledger %d: entry log %s rotated after a failed add",
+                ledger_id,
+                current[0].path.name,
+            )
 
     def checkpoint(self) -> None:
         with self._lock:

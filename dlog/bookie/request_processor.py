@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from dlog.errors import EBADREQ, EIO, EOK, STATUS_NAMES
+from dlog.errors import EBADREQ, EIO, ENOENTRY, EOK, STATUS_NAMES
 from dlog.protocol import availability
 from dlog.protocol import messages as m
 from dlog.protocol.bookkeeper_pb2 import Request, Response
@@ -138,6 +138,8 @@ class RequestProcessor:
             if answered:
                 return
             answered = True
+            if status == EIO:
+                self._rotate_first(lid)
             conn.send_bytes(m.encode_add_response(txn, status, lid, eid))
             latency.observe(time.monotonic() - t0)
             self._count(m.ADD_ENTRY, status)
@@ -209,6 +211,8 @@ class RequestProcessor:
             status, body, lac = await self.bookie.read_entry(
                 lid, eid, fence=fence, master_key=rr.masterKey if rr.HasField("masterKey") else None
             )
+            if fence and status in (EOK, ENOENTRY):
+                self._write_close_fenced(lid)
             # A read of entry -1 answers entryId -1 whatever entry it
             # returns, as upstream's ReadEntryProcessorV3 does (the entry's
             # own id is in its body).
@@ -266,6 +270,25 @@ class RequestProcessor:
             self._count(m.FORCE_LEDGER, status)
 
         self.bookie.force_ledger(lid, respond)
+
+    # -- BP-32 on the bookie's own initiative ---------------------------------
+    def _rotate_first(self, ledger_id: int) -> None:
+        """An add failed here (journal or storage): the client will move the
+        ledger to another bookie, so its entry log stops taking its entries
+        before the error goes out (BP-32's "rotate first"; with per-ledger
+        logs it is sealed at the next flush)."""
+        storage = self.bookie.storage
+        if storage is not None:
+            storage.storage_for(ledger_id).manager.rotate_ledger(ledger_id)
+
+    def _write_close_fenced(self, ledger_id: int) -> None:
+        """A fence read succeeded: the writer is gone (a recovery), so the
+        ledger is write-closed here, as a WRITE_CLOSE would. Also when it
+        was fenced before: the hint does not survive a restart, and
+        recovery adds may have reopened a log since."""
+        storage = self.bookie.storage
+        if storage is not None:
+            storage.write_close(ledger_id)
 
     def _write_close(self, req: Request, conn: Responder) -> None:
         wc = req.writeCloseRequest
