@@ -20,6 +20,7 @@ class BookieRelay:
         self.target_port = target_port
         self.requests: list[Request] = []
         self.responses: dict[int, Response] = {}
+        self.held: list[Request] = []
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Future[None]] = set()
 
@@ -27,6 +28,11 @@ class BookieRelay:
         """Whether to pass ``request`` on; False drops the connection both
         ways, as a bookie that cannot decode it does."""
         return True
+
+    def hold(self, request: Request) -> bool:
+        """Whether to swallow ``request``: never forwarded, never answered,
+        the connection kept (a bookie that hangs on it). Kept in ``held``."""
+        return False
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
@@ -49,6 +55,9 @@ class BookieRelay:
                     self.requests.append(request)
                     if not self.forward(request):
                         return
+                    if self.hold(request):
+                        self.held.append(request)
+                        continue
                     b_writer.write(encode_frame(bytes(frame)))
 
         async def downstream() -> None:

@@ -29,6 +29,9 @@ from dlog.ledger.digest import CRC32C, DigestManager
 from dlog.protocol import messages as m
 from dlog.zk import ZooKeeper
 
+#: Representative of the suite: runs with entry log per ledger off and on.
+pytestmark = pytest.mark.both_entry_log_modes
+
 KEY = DigestManager(1, CRC32C, b"pw").master_key
 
 

@@ -17,6 +17,9 @@ from dlog.errors import (
 from dlog.ledger.client import BookKeeper
 from dlog.ledger.metadata import CloseReason, LedgerCloseContext, LedgerCreateContext, LedgerState
 
+#: Representative of the suite: runs with entry log per ledger off and on.
+pytestmark = pytest.mark.both_entry_log_modes
+
 
 async def start_bookies(make_bookie, n: int) -> list:  # type: ignore[no-untyped-def]
     return [await make_bookie(f"b{i}") for i in range(n)]

@@ -23,6 +23,9 @@ from dlog.errors import (
 from dlog.namespace import Namespace
 from dlog.record import LogRecord
 
+#: Representative of the suite: runs with entry log per ledger off and on.
+pytestmark = pytest.mark.both_entry_log_modes
+
 
 @pytest.fixture
 def namespace(open_namespace):  # type: ignore[no-untyped-def]

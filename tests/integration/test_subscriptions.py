@@ -18,6 +18,9 @@ from subscriptions.format import SEGMENT_FORMAT, ZK_FORMAT, SegmentSubscription,
 from subscriptions.log_segment import LogSegmentSubscriptionsStore
 from subscriptions.zk_store import ZKSubscriptionsStore
 
+#: Representative of the suite: runs with entry log per ledger off and on.
+pytestmark = pytest.mark.both_entry_log_modes
+
 
 @pytest.fixture
 def open_ns(open_namespace):  # type: ignore[no-untyped-def]
