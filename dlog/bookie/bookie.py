@@ -34,6 +34,7 @@ from dlog.bookie import journal_format as jf
 from dlog.bookie.checkpoint import Checkpointer, read_marks
 from dlog.bookie.cookie import Cookie, verify_or_create
 from dlog.bookie.disk import DiskMonitor
+from dlog.bookie.garbage_collector import GarbageCollector
 from dlog.bookie.journal import Journal
 from dlog.bookie.ledger_storage import DbLedgerStorage, SingleDirectoryDbLedgerStorage
 from dlog.bookie.metrics import BookieMetrics
@@ -137,6 +138,8 @@ class Bookie:
         self.storage: DbLedgerStorage | None = None
         self.journals: list[Journal] = []
         self.checkpointer: Checkpointer | None = None
+        self.gc: GarbageCollector | None = None
+        self._all_ledger_dirs_full = False
         self.disk: DiskMonitor | None = None
         self.read_pool: ThreadPoolExecutor | None = None
         self._shutdown = shutdown or self.stop
@@ -197,6 +200,8 @@ class Bookie:
             self.journals, self.storage, self.ledger_dirs, self.conf.flush_interval
         )
         self.checkpointer.start()
+        self.gc = self._garbage_collector()
+        self.gc.start()
         self.disk = DiskMonitor(
             self.journal_dirs + self.ledger_dirs,
             threshold=self.conf.disk_usage_threshold,
@@ -214,6 +219,8 @@ class Bookie:
         unregistered it and stopped serving first."""
         if self.disk is not None:
             await self.disk.stop()
+        if self.gc is not None:
+            await self.gc.stop()
         if self.checkpointer is not None:
             await self.checkpointer.stop()
         for journal in self.journals:
@@ -593,7 +600,35 @@ class Bookie:
             if announce is not None:
                 self._tasks.spawn(announce)
 
+    def _garbage_collector(self) -> GarbageCollector:
+        from dlog.ledger.metadata_store import LedgerMetadataStore
+        from dlog.ledger.underreplication import get_underreplicated
+
+        zk, root = self.zk, self.uri.ledgers_root
+        assert zk is not None and self.storage is not None
+
+        async def underreplicated(ledger_id: int) -> bool:
+            return await get_underreplicated(zk, root, ledger_id) is not None
+
+        return GarbageCollector(
+            self.conf,
+            self.storage,
+            LedgerMetadataStore(zk, root),
+            bookie_id=self.bookie_id,
+            metrics=self.metrics,
+            on_deleted=self._forget_ledger,
+            disks_full=lambda: self._all_ledger_dirs_full,
+            is_underreplicated=underreplicated,
+        )
+
+    def _forget_ledger(self, ledger_id: int) -> None:
+        """The garbage collector dropped the ledger's data."""
+        self._ledgers.pop(ledger_id, None)
+
     def _disk_changed(self, full: set[Path]) -> None:
+        self._all_ledger_dirs_full = all(d in full for d in self.ledger_dirs)
+        if self._all_ledger_dirs_full and self.gc is not None:
+            self.gc.no_space()
         self.set_read_only("disk full", bool(full))
         if self.disk is None:
             return  # still starting: start() checks once the monitor exists

@@ -83,7 +83,13 @@ class EntryLocationIndex:
             self._db.flush_wal(True)
 
     def delete_ledger(self, ledger_id: int) -> None:
-        self._db.delete_range(_KEY.pack(ledger_id, 0), _KEY.pack(ledger_id, _MAX_ENTRY))
+        with io_errors(f"location index {self.path}"):
+            self._db.delete_range(_KEY.pack(ledger_id, 0), _KEY.pack(ledger_id, _MAX_ENTRY))
+
+    def sync(self) -> None:
+        """Make every write so far durable (sync the WAL)."""
+        with io_errors(f"location index {self.path}"):
+            self._db.flush_wal(True)
 
     def close(self) -> None:
         self._db.close()

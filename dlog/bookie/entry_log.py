@@ -27,6 +27,7 @@ import logging
 import os
 import struct
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -43,6 +44,9 @@ INVALID_LID = -1
 LEDGERS_MAP_ENTRY_ID = -2
 LEDGERS_MAP_MAX_BATCH_SIZE = 10000
 MAX_LOG_SIZE = 0xFFFFFFFF  # offsets must fit the low 32 bits of a location
+#: A removed log's open descriptor is closed this much later: a read that
+#: looked the location up just before the removal still finishes.
+RETIRED_FD_SECONDS = 60.0
 #: Buffered entry bytes handed to the kernel before a flush asks for them.
 WRITE_THRESHOLD = 4 << 20
 
@@ -59,6 +63,11 @@ def location(log_id: int, offset: int) -> int:
 
 def split_location(loc: int) -> tuple[int, int]:
     return loc >> 32, loc & 0xFFFFFFFF
+
+
+#: A compaction's output log until it is complete and recorded (see
+#: :mod:`dlog.bookie.compactor`): never read, never indexed.
+COMPACTING_SUFFIX = ".compacting"
 
 
 def log_file_name(log_id: int) -> str:
@@ -105,10 +114,17 @@ class Savepoint:
 class EntryLogFile:
     """One entry log open for writing. Not thread safe: its manager locks."""
 
-    def __init__(self, directory: Path, log_id: int, *, flush_every_bytes: int = 0) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        log_id: int,
+        *,
+        flush_every_bytes: int = 0,
+        path: Path | None = None,
+    ) -> None:
         self.directory = directory
         self.log_id = log_id
-        self.path = directory / log_file_name(log_id)
+        self.path = path if path is not None else directory / log_file_name(log_id)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             fileio.pwrite(self._fd, header_bytes(), 0, "entry_log.write")
@@ -292,6 +308,8 @@ class EntryLogger:
         self._readers: OrderedDict[int, int] = OrderedDict()
         self._max_readers = max_open_readers
         self._dir_of: dict[int, Path] = {}
+        #: Descriptors of removed logs, closed once no read can still use them.
+        self._retired: list[tuple[float, int]] = []
         self._next_dir = 0
         last = 0
         for d in ledger_dirs:
@@ -323,8 +341,10 @@ class EntryLogger:
         with self._lock:
             return sorted(self._dir_of)
 
-    def create_log(self) -> EntryLogFile:
-        """A new log with the next id, in the next writable directory."""
+    def create_log(self, *, compacting: bool = False) -> EntryLogFile:
+        """A new log with the next id, in the next writable directory.
+        ``compacting``: a compaction's output, named ``<id>.log.compacting``
+        and unknown to readers until :meth:`install`."""
         with self._lock:
             dirs = self._writable()
             if not dirs:
@@ -338,14 +358,61 @@ class EntryLogger:
             tmp = d / "lastId.tmp"
             tmp.write_text(f"{log_id:x}\n")
             os.replace(tmp, d / "lastId")
-            f = EntryLogFile(d, log_id, flush_every_bytes=self._flush_every)
-            self._dir_of[log_id] = d
+            if compacting:
+                path = d / (log_file_name(log_id) + COMPACTING_SUFFIX)
+                f = EntryLogFile(d, log_id, flush_every_bytes=self._flush_every, path=path)
+            else:
+                f = EntryLogFile(d, log_id, flush_every_bytes=self._flush_every)
+                self._dir_of[log_id] = d
         dfd = os.open(d, os.O_RDONLY)
         try:
             os.fsync(dfd)
         finally:
             os.close(dfd)
         return f
+
+    def install(self, f: EntryLogFile) -> None:
+        """Make a sealed compaction output an ordinary log (rename, durably)."""
+        final = f.directory / log_file_name(f.log_id)
+        if f.path != final:
+            os.replace(f.path, final)
+            _sync_dir(f.directory)
+            f.path = final
+        with self._lock:
+            self._dir_of[f.log_id] = f.directory
+
+    def adopt(self, directory: Path, log_id: int) -> None:
+        """Know a log file that appeared in ``directory`` (a recovered
+        compaction output renamed into place)."""
+        with self._lock:
+            self._dir_of[log_id] = directory
+            self._last_id = max(self._last_id, log_id)
+
+    def remove_log(self, log_id: int) -> int:
+        """Delete a log file for good; returns the bytes freed. Reads that
+        already hold its descriptor finish (it is closed a while later)."""
+        with self._lock:
+            d = self._dir_of.pop(log_id, None)
+            fd = self._readers.pop(log_id, None)
+            if fd is not None:
+                self._retired.append((time.monotonic(), fd))
+            now = time.monotonic()
+            while self._retired and now - self._retired[0][0] > RETIRED_FD_SECONDS:
+                os.close(self._retired.pop(0)[1])
+        if d is None:
+            return 0
+        path = d / log_file_name(log_id)
+        try:
+            size = path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:
+            return 0
+        _sync_dir(d)
+        return size
+
+    def directory_of(self, log_id: int) -> Path | None:
+        with self._lock:
+            return self._dir_of.get(log_id)
 
     def path_of(self, log_id: int) -> Path:
         d = self._dir_of.get(log_id)
@@ -471,3 +538,14 @@ class EntryLogger:
             for fd in self._readers.values():
                 os.close(fd)
             self._readers.clear()
+            for _, fd in self._retired:
+                os.close(fd)
+            self._retired.clear()
+
+
+def _sync_dir(d: Path) -> None:
+    dfd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)

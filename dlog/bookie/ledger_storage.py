@@ -36,6 +36,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from itertools import repeat
 from pathlib import Path
+from typing import TypeVar
 
 from dlog.bookie.entry_location_index import EntryLocationIndex
 from dlog.bookie.entry_log import EntryLogger
@@ -48,6 +49,8 @@ from dlog.errors import NoSuchEntryError
 from dlog.failpoints import failpoint
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Retry a failed flush no sooner than this (doubling up to the max).
 MIN_BACKOFF = 0.1
@@ -111,6 +114,9 @@ class SingleDirectoryDbLedgerStorage:
         self._active_gen = 1
         self._flushing_gen = 0
         self._durable_gen = 0
+        #: Ledgers the garbage collector deleted -> the active half's number
+        #: then: their cached entries are not written out.
+        self._deleted: dict[int, int] = {}
         # Locations of a flush whose entry logs are durable but whose index
         # write failed: the retry writes only these.
         self._unindexed: list[tuple[int, int, int]] | None = None
@@ -217,6 +223,10 @@ class SingleDirectoryDbLedgerStorage:
         try:
             await loop.run_in_executor(self._executor, self._flush_frozen)
             self._durable_gen = self._flushing_gen
+            # Entries of ledgers deleted while half N was active are in
+            # halves up to N: once N is flushed, none is cached any more.
+            for lid in [d for d, gen in self._deleted.items() if gen <= self._durable_gen]:
+                del self._deleted[lid]
             if self._failures:
                 log.info(
                     "ledger storage flush in %s succeeded after %d failed attempts",
@@ -300,6 +310,8 @@ class SingleDirectoryDbLedgerStorage:
         half = cache.count // 2
         written = 0
         for lid in cache.ledger_ids():
+            if lid in self._deleted:
+                continue  # deleted by the garbage collector since it was added
             eids, datas = cache.sorted_ledger(lid)
             for start in range(0, len(eids), 4096):
                 chunk = datas[start : start + 4096]
@@ -337,6 +349,39 @@ class SingleDirectoryDbLedgerStorage:
     async def checkpoint(self) -> None:
         await self.flush()
         await asyncio.get_running_loop().run_in_executor(self._executor, self.manager.checkpoint)
+
+    # -- garbage collection (called from the collector's thread) ---------------
+    def on_storage_thread(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the flush thread and wait for it: index changes made
+        this way never interleave with a flush's."""
+        return self._executor.submit(fn).result()
+
+    def settled_logs(self) -> list[int] | None:
+        """Ids of the sealed entry logs every entry of which is indexed (the
+        ones the collector may judge by the index); None while a failed
+        flush's index write is still to be retried."""
+
+        def snapshot() -> list[int] | None:
+            if self._unindexed is not None:
+                return None
+            busy = self.manager.open_log_ids()
+            return [i for i in self.entry_logger.log_ids() if i not in busy]
+
+        return self.on_storage_thread(snapshot)
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        """Drop a deleted ledger's state and entry locations, durably. Its
+        entries still in the write cache are not written out (see
+        :meth:`_write_entry_logs`); its bytes in entry logs become garbage."""
+
+        def drop() -> None:
+            self._deleted[ledger_id] = self._active_gen
+            self.ledger_index.delete(ledger_id)
+            self.locations.delete_ledger(ledger_id)
+            self.locations.sync()
+            self.ledger_index.flush()
+
+        self.on_storage_thread(drop)
 
     # -- reads -------------------------------------------------------------------
     def cached_entry(self, ledger_id: int, entry_id: int) -> bytes | None:
@@ -387,7 +432,18 @@ class SingleDirectoryDbLedgerStorage:
             if data is not None:
                 return data
             raise NoSuchEntryError(f"ledger {ledger_id} entry {entry_id} is not on this bookie")
-        data = self.entry_logger.read_entry(loc, ledger_id, entry_id)
+        try:
+            data = self.entry_logger.read_entry(loc, ledger_id, entry_id)
+        except FileNotFoundError:
+            # Compacted meanwhile: the index moved to the new copy before the
+            # old log was removed.
+            moved = self.locations.get(ledger_id, entry_id)
+            if moved is None or moved == loc:
+                raise NoSuchEntryError(
+                    f"ledger {ledger_id} entry {entry_id} is not on this bookie"
+                ) from None
+            loc = moved
+            data = self.entry_logger.read_entry(loc, ledger_id, entry_id)
         if self.read_ahead:
             for eid, _, more in self.entry_logger.read_following(loc, ledger_id, self.read_ahead):
                 self.read_cache.put(ledger_id, eid, more)

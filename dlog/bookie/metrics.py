@@ -7,7 +7,7 @@ Hot-path metrics (per request, per journal group) are loop-local
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from dlog.loop_metrics import LoopMetrics
 
@@ -91,6 +91,43 @@ class BookieMetrics:
         self.reads_in_progress = Gauge(
             "bookie_reads_in_progress",
             "Entry and LAC reads received and not yet answered (long polls excluded).",
+            registry=r,
+        )
+        # Garbage collection (updated by the collector's thread, a few times
+        # a cycle: plain prometheus_client objects).
+        self.gc_reclaimed_bytes = Counter(
+            "bookie_gc_reclaimed_bytes",
+            "Entry log bytes given back to the disk, by how: a log with no live entry "
+            "removed whole, or a log compacted.",
+            ["how"],
+            registry=r,
+        )
+        self.gc_reclaimed_logs = Counter(
+            "bookie_gc_reclaimed_entry_logs",
+            "Entry logs removed, by how (whole, compacted).",
+            ["how"],
+            registry=r,
+        )
+        self.gc_rewritten_bytes = Counter(
+            "bookie_gc_compaction_rewritten_bytes",
+            "Live entry bytes compaction copied into new logs.",
+            registry=r,
+        )
+        self.gc_deleted_ledgers = Counter(
+            "bookie_gc_deleted_ledgers",
+            "Ledgers whose data this bookie dropped, by why (deleted, overreplicated).",
+            ["why"],
+            registry=r,
+        )
+        self.gc_live_ratio = Gauge(
+            "bookie_gc_live_ratio",
+            "Live fraction of the bytes in sealed entry logs, as of the last collection.",
+            registry=r,
+        )
+        self.gc_cycle_latency = Histogram(
+            "bookie_gc_cycle_seconds",
+            "Duration of one garbage collection cycle, by kind (gc, minor, major).",
+            ["kind"],
             registry=r,
         )
         self.buffered_frame_bytes = Gauge(
