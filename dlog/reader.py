@@ -9,6 +9,15 @@ what remains up to the recorded last entry, and moves on. Positions are
 tracked by DLSN, so records come in order with no gaps and no duplicates.
 Truncated segments are skipped; a start inside truncated data moves to the
 first record that is not truncated.
+
+A retriable ledger error (every replica failed, a bookie timed out) does not
+fail the reader: read-ahead backs off ``readAheadWaitTime``, doubling up to
+four times that, and reads again from where it stopped, as DistributedLog's
+read-ahead does. What ends a reader whose bookies stay away is
+``readerIdleErrorThresholdMillis``: a read that gets no record for that long
+fails with :class:`IdleReaderError` (DistributedLog's IdleReaderException),
+and so does every read after it. Its default, Integer.MAX_VALUE, like 0,
+means never.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from dlog.errors import (
     BKError,
     DLogError,
     EndOfStreamError,
+    IdleReaderError,
     LogNotFoundError,
     LogReadError,
     NoSuchLedgerError,
@@ -41,6 +51,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _END = object()
+_NEVER_IDLE = 2**31 - 1  # Integer.MAX_VALUE: DistributedLog's "no idle check"
 
 
 class LogReader:
@@ -59,6 +70,10 @@ class LogReader:
         self._batch = conf.read_ahead_batch_size
         self._long_poll = conf.read_lac_long_poll_timeout / 1000.0
         self._idle_warn = conf.reader_idle_warn_threshold_millis / 1000.0
+        idle_error = conf.reader_idle_error_threshold_millis
+        self._idle_error = idle_error / 1000.0 if 0 < idle_error < _NEVER_IDLE else None
+        self._wait_time = conf.read_ahead_wait_time / 1000.0
+        self._backoff = self._wait_time
         self._queue: asyncio.Queue[object] = asyncio.Queue(
             maxsize=max(1, conf.read_ahead_max_records)
         )
@@ -73,8 +88,10 @@ class LogReader:
         self._ended = False
         self._closed = False
         self._segments_changed = asyncio.Event()
+        self._resume_at: DLSN = DLSN.INITIAL  # where read-ahead restarts after an error
         self._last_delivered: DLSN | None = None
         self._last_progress = time.monotonic()
+        self._last_arrival = self._last_progress  # read-ahead's last record
         self._idle_warned = False
         self.records_read = 0
 
@@ -117,10 +134,17 @@ class LogReader:
         out: list[LogRecordWithDLSN] = []
         if self._queue.empty():
             self._raise_if_finished()
+            wait = timeout
+            if self._idle_error is not None:
+                left = max(0.0, self._idle_since() + self._idle_error - time.monotonic())
+                wait = left if timeout is None else min(timeout, left)
             try:
-                item = await asyncio.wait_for(self._queue.get(), timeout)
+                item = await asyncio.wait_for(self._queue.get(), wait)
             except TimeoutError:
                 self._check_idle()
+                self._check_idle_error()
+                if timeout is None:
+                    return await self.read_bulk(n, timeout)  # not idle yet: keep waiting
                 return out
             if not self._accept(item, out):
                 return out
@@ -165,6 +189,29 @@ class LogReader:
                 idle,
                 self._last_delivered,
             )
+
+    def _idle_since(self) -> float:
+        """When a record last came: taken by the application or read ahead."""
+        return max(self._last_progress, self._last_arrival)
+
+    def _check_idle_error(self) -> None:
+        """Past ``readerIdleErrorThresholdMillis`` with nothing read ahead:
+        the reader fails for good (the application opens a new one)."""
+        if self._idle_error is None or not self._queue.empty():
+            return
+        idle = time.monotonic() - self._idle_since()
+        if idle < self._idle_error:
+            return
+        error = IdleReaderError(
+            f"reader of stream {self.name!r} got no record for {idle * 1000:.0f} ms "
+            f"(readerIdleErrorThresholdMillis={self._idle_error * 1000:.0f}) "
+            f"after {self._last_delivered}"
+        )
+        log.error("%s", error)
+        self._error = error
+        if self._task is not None:
+            self._task.cancel()
+        raise error
 
     def __aiter__(self) -> AsyncIterator[LogRecordWithDLSN]:
         return self._iterate()
@@ -245,10 +292,33 @@ class LogReader:
                 continue
             if seg.is_partially_truncated and position < seg.min_active_dlsn:
                 position = seg.min_active_dlsn
-            ended, position = await self._read_segment(seg, position)
+            self._resume_at = position
+            try:
+                ended, position = await self._read_segment(seg, position)
+            except BKError as e:
+                if not e.retriable:
+                    raise
+                position = self._resume_at
+                await self._back_off(e, position)
+                segments = await self._segments()
+                continue
             if ended:
                 return
             segments = await self._segments()
+
+    async def _back_off(self, error: BKError, position: DLSN) -> None:
+        """``readAheadWaitTime`` after a retriable error, doubling on each
+        failure in a row up to 4x (DistributedLog's maxReadBackoffTime)."""
+        delay = self._backoff
+        log.warning(
+            "read-ahead of stream %s at %s failed: %s; retrying in %d ms (readAheadWaitTime)",
+            self.name,
+            position,
+            error,
+            round(delay * 1000),
+        )
+        self._backoff = min(delay * 2, 4 * self._wait_time)
+        await asyncio.sleep(delay)
 
     def _position_for_txid(self, segments: list[LogSegmentMetadata], txid: int) -> DLSN:
         for seg in segments:
@@ -338,5 +408,9 @@ class LogReader:
                         continue
                     self._from_txid = None
                 await self._queue.put(record)
+                self._last_arrival = time.monotonic()
             position = DLSN(seqno, entry.entry_id + 1, 0)
+            self._resume_at = position
+        if entries:
+            self._backoff = self._wait_time  # reading again: the next error waits the least
         return False, position

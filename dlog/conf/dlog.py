@@ -224,8 +224,9 @@ class DLogConfig(Config):
     reader_idle_error_threshold_millis: int = setting(
         "readerIdleErrorThresholdMillis",
         _INT32_MAX,
-        "A reader that got no record for this long fails with IdleReader. "
-        "DistributedLog's default is Integer.MAX_VALUE, i.e. never; kept.",
+        "A read that got no record for this long (none read ahead either) fails with "
+        "IdleReaderError, and so does every later read of that reader. "
+        "DistributedLog's default is Integer.MAX_VALUE, i.e. never; kept (0 is never too).",
         min=0,
         max=_INT32_MAX,
         unit="ms",
@@ -252,8 +253,10 @@ class DLogConfig(Config):
     read_ahead_wait_time: int = setting(
         "readAheadWaitTime",
         200,
-        "How long read-ahead backs off after an error or when its cache is full "
-        "(deprecated key 'ReadAheadWaitTime' accepted).",
+        "How long read-ahead backs off after a retriable read error before reading "
+        "again, doubling on each error in a row up to 4 times this (deprecated key "
+        "'ReadAheadWaitTime' accepted). A full cache needs no wait: read-ahead resumes "
+        "as soon as the application takes a record.",
         min=1,
         unit="ms",
     )
