@@ -13,6 +13,8 @@ from dlog.bookie.service import BookieService
 from dlog.errors import ConnectionLossError
 from dlog.ledger.client import BookKeeper
 
+pytestmark = pytest.mark.both_entry_log_modes
+
 ENTRY = b"x" * 3000
 ENTRIES = 100  # ~300 KB a ledger
 
@@ -45,11 +47,6 @@ async def read_all(bk: BookKeeper, lid: int) -> None:
     entries = await rh.read(0, ENTRIES - 1)
     assert [e.data for e in entries] == [ENTRY] * ENTRIES
     await rh.close()
-
-
-@pytest.fixture(params=[False, True], ids=["single-log", "log-per-ledger"])
-def entry_log_per_ledger(request: pytest.FixtureRequest) -> bool:
-    return bool(request.param)
 
 
 async def start(make_bookie) -> BookieService:  # type: ignore[no-untyped-def]
