@@ -9,6 +9,9 @@ registers it. The order is what clients rely on:
   its port, and the port answers only once the bookie can serve;
 * stop: unregister (clients stop choosing it), stop serving, then stop the
   bookie (checkpoint, close, end the ZooKeeper session).
+
+With ``httpServerEnabled`` the HTTP admin API
+(:mod:`dlog.bookie.http_admin`) starts with the server and stops with it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from dlog.bookie.bookie import Bookie
+from dlog.bookie.http_admin import AdminHttpServer
 from dlog.bookie.metrics import BookieMetrics
 from dlog.bookie.registration import BookieRegistration
 from dlog.bookie.server import BookieServer
@@ -38,6 +42,7 @@ class BookieService:
         self.core.add_read_only_listener(self._read_only_changed)
         self.server: BookieServer | None = None
         self.registration: BookieRegistration | None = None
+        self.admin: AdminHttpServer | None = None
 
     @property
     def bookie_id(self) -> str:
@@ -59,6 +64,11 @@ class BookieService:
         await core.start()
         self.server = BookieServer(core)
         await self.server.start()
+        if self.conf.http_server_enabled:
+            self.admin = AdminHttpServer(
+                core.bookie_id, lambda: core.gc, port=self.conf.http_server_port
+            )
+            await self.admin.start()
         assert core.zk is not None
         self.registration = BookieRegistration(
             core.zk,
@@ -95,6 +105,8 @@ class BookieService:
                 await self.registration.unregister()
         if self.server is not None:
             await self.server.stop()
+        if self.admin is not None:
+            await self.admin.stop()
         await self.core.stop()
 
     def _read_only_changed(self, read_only: bool) -> Coroutine[Any, Any, None] | None:

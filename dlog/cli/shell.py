@@ -1,9 +1,11 @@
 """``dlog shell``: operator commands, mirroring ``bookkeeper shell``.
 
-Every command takes ``--service-uri`` (or ``--conf FILE`` with
-BookKeeper ClientConfiguration keys, or ``$DLOG_SERVICE_URI``), runs its
-asyncio work inside ``asyncio.run`` and turns every dlog error into one red
-line on stderr and a non-zero exit code.
+Cluster and ledger commands take ``--service-uri`` (or ``--conf FILE`` with
+BookKeeper ClientConfiguration keys, or ``$DLOG_SERVICE_URI``) and run their
+asyncio work inside ``asyncio.run``. Bookie commands do not need ZooKeeper:
+``triggergc`` speaks to a bookie's HTTP admin API, ``listfilesondisc`` and
+``readlog`` read its files offline (``--conf`` is then the bookie's
+bookie.conf). Every error is one red line on stderr and a non-zero exit code.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from dlog.conf.base import parse_set_options
 from dlog.errors import DLogError
 
 if TYPE_CHECKING:
+    from dlog.conf.bookie import BookieConfig
     from dlog.conf.bookkeeper import ClientConfig
     from dlog.ledger.client import BookKeeper
 
@@ -378,7 +381,7 @@ def delete_ledger(
     conf: Path | None = ConfOption,
     set_: list[str] | None = SetOption,
 ) -> None:
-    """Delete a ledger's metadata (bookies keep the entries until GC, not built yet)."""
+    """Delete a ledger's metadata (bookies drop its entries at their next garbage collection)."""
 
     async def body(bk: BookKeeper) -> None:
         await bk.ledger_metadata(ledger_id)  # a missing ledger fails before the question
@@ -516,3 +519,276 @@ def simple_test(
     if mismatches:
         raise fail(f"ledger {ledger_id}: {mismatches} of {num_entries} entries read back differ")
     console.print(f"[green]ledger {ledger_id}: all {num_entries} entries verified[/]")
+
+
+# ---------------------------------------------------------------------------
+# bookie: garbage collection (HTTP admin API) and files on disk (offline)
+# ---------------------------------------------------------------------------
+
+#: How long triggergc waits for the forced collection by default.
+_GC_WAIT_SECONDS = 300.0
+_GC_POLL_SECONDS = 0.1
+
+
+def _admin_base_url(bookie: str) -> str:
+    """``http://host:port`` of a bookie's HTTP admin API from ``host[:port]``
+    (or a URL); the port defaults to BookKeeper's httpServerPort, 8080."""
+    from urllib.parse import urlsplit
+
+    text = bookie if "://" in bookie else f"http://{bookie}"
+    try:
+        parts = urlsplit(text)
+        port = parts.port or 8080
+    except ValueError as e:
+        raise fail(f"--bookie {bookie!r}: {e}", 2) from None
+    if parts.scheme != "http" or not parts.hostname or parts.path not in ("", "/"):
+        raise fail(f"--bookie {bookie!r}: expected HOST[:PORT] of the bookie's HTTP admin API", 2)
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"http://{host}:{port}"
+
+
+def _admin_call(base: str, method: str, path: str, body: object | None = None) -> object:
+    """One request to the admin API: the decoded JSON answer, or exit 1
+    with one line saying what went wrong."""
+    import urllib.error
+    import urllib.request
+
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(base + path, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            text = resp.read().decode()
+    except urllib.error.HTTPError as e:
+        detail = e.read().decode(errors="replace").strip().strip('"')
+        raise fail(f"{method} {base}{path}: HTTP {e.code}: {detail}") from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise fail(
+            f"cannot reach the bookie's HTTP admin API at {base} ({reason}); "
+            "is httpServerEnabled=true on that bookie?"
+        ) from None
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise fail(f"{method} {base}{path}: not a JSON answer: {text[:200]!r}") from None
+
+
+@app.command("triggergc")
+def trigger_gc(
+    bookie: str = typer.Option(
+        "127.0.0.1:8080",
+        "--bookie",
+        "-b",
+        help="The bookie's HTTP admin address HOST[:PORT] (httpServerEnabled=true; "
+        "the port is its httpServerPort, default 8080).",
+    ),
+    force_major: bool = typer.Option(
+        False, "--force-major", "--forceMajor", help="Run major compaction."
+    ),
+    force_minor: bool = typer.Option(
+        False, "--force-minor", "--forceMinor", help="Run minor compaction."
+    ),
+    wait: bool = typer.Option(
+        True, "--wait/--no-wait", help="Wait for the collection to finish and print its result."
+    ),
+    timeout: float = typer.Option(
+        _GC_WAIT_SECONDS, "--timeout", min=0.1, help="Longest wait for the collection, seconds."
+    ),
+) -> None:
+    """Force a garbage collection on a bookie, as BookKeeper's PUT /api/v1/bookie/gc.
+
+    With neither --force-major nor --force-minor both are allowed (BookKeeper's
+    empty body: major compaction runs); with one, only that one."""
+    base = _admin_base_url(bookie)
+    body = (
+        None
+        if not (force_major or force_minor)
+        else {"forceMajor": force_major, "forceMinor": force_minor}
+    )
+    answer = _admin_call(base, "PUT", "/api/v1/bookie/gc", body)
+    console.print(_esc(str(answer)))
+    if not wait:
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        state = _admin_call(base, "GET", "/api/v1/bookie/gc")
+        if not isinstance(state, dict) or state.get("is_in_force_gc") != "true":
+            break
+        if time.monotonic() > deadline:
+            raise fail(f"the forced garbage collection on {base} has not finished in {timeout} s")
+        time.sleep(_GC_POLL_SECONDS)
+    details = _admin_call(base, "GET", "/api/v1/bookie/gc_details")
+    print(json.dumps(details, indent=2))
+
+
+def _bookie_conf(conf: Path) -> BookieConfig:
+    from dlog.conf.bookie import BookieConfig
+
+    if not conf.is_file():
+        raise fail(f"{conf}: no such bookie configuration file", 2)
+    try:
+        return BookieConfig.load(conf)
+    except DLogError as e:
+        raise fail(str(e), 2) from None
+
+
+BookieConfOption = typer.Option(
+    ..., "--conf", "-c", help="The bookie's configuration file (bookie.conf)."
+)
+
+
+def _files(dirs: list[str], suffix: str) -> list[Path]:
+    """Files ending in ``suffix`` under each ``<dir>/current``, by id."""
+    out: list[Path] = []
+    for d in dirs:
+        cur = Path(d) / "current"
+        found = sorted(cur.glob(f"*{suffix}")) if cur.is_dir() else []
+        out += sorted(found, key=lambda p: (len(p.name), p.name))  # hex ids: shorter is older
+    return out
+
+
+@app.command("listfilesondisc")
+def list_files_on_disc(
+    conf: Path = BookieConfOption,
+    journal: bool = typer.Option(False, "--journal", "-txn", help="Journal files."),
+    entrylog: bool = typer.Option(False, "--entrylog", "-log", help="Entry log files."),
+    index: bool = typer.Option(
+        False, "--index", "-idx", help="Index files (the RocksDB ledgers and locations indexes)."
+    ),
+) -> None:
+    """List a bookie's journal, entry log and index files, read offline from its conf.
+
+    With none of -txn/-log/-idx, all three."""
+    cfg = _bookie_conf(conf)
+    if not (journal or entrylog or index):
+        journal = entrylog = index = True
+    paths: list[Path] = []
+    if journal:
+        paths += _files(cfg.journal_directories, ".txn")
+    if entrylog:
+        paths += _files(cfg.ledger_directories, ".log")
+    if index:
+        for d in cfg.ledger_directories:
+            for name in ("ledgers", "locations"):
+                idx = Path(d) / "current" / name
+                if idx.is_dir():
+                    paths += sorted(p for p in idx.iterdir() if p.is_file())
+    for p in paths:
+        print(p.resolve())
+    if not paths:
+        _note(f"no such files in the directories of {conf}")
+
+
+@app.command("readlog")
+def read_log(
+    log: str = typer.Argument(
+        ...,
+        help="Entry log id, decimal as in BookKeeper's readlog (log 10 is a.log), or a .log file.",
+    ),
+    conf: Path | None = typer.Option(
+        None, "--conf", "-c", help="The bookie's configuration file, to find a log by id."
+    ),
+    msg: bool = typer.Option(False, "--msg", "-m", help="Print each entry's payload."),
+    ledger_id: int | None = typer.Option(
+        None, "--ledgerid", "-l", min=0, help="Only this ledger's entries."
+    ),
+    entry_id: int | None = typer.Option(
+        None, "--entryid", "-e", min=0, help="Only this entry (with --ledgerid)."
+    ),
+    start_pos: int | None = typer.Option(
+        None, "--startpos", "-sp", min=0, help="Only entries that end at this offset or after."
+    ),
+    end_pos: int | None = typer.Option(
+        None, "--endpos", "-ep", min=0, help="Only entries that start at this offset or before."
+    ),
+    ledgers_map: bool = typer.Option(
+        False, "--ledgers-map", help="Print the ledgers map (ledger, bytes) instead of entries."
+    ),
+    digest_type: str = typer.Option(
+        "CRC32C",
+        "--digest-type",
+        help="Digest type of the ledgers (CRC32C, CRC32, HMAC, DUMMY): the payload follows it.",
+    ),
+    force_hex: bool = typer.Option(False, "--hex", help="Print every payload as hex."),
+) -> None:
+    """Print an entry log's entries, offline: `ledger<TAB>entry<TAB>offset<TAB>size`,
+    and with --msg the payload. The offset is where the entry's size field starts."""
+    from dlog.bookie.entry_log import EntryLogger, split_location
+    from dlog.errors import CorruptedFileError
+    from dlog.ledger.digest import HEADER_LENGTH, digest_length
+
+    if entry_id is not None and ledger_id is None:
+        raise fail("--entryid needs --ledgerid", 2)
+    if start_pos is not None and end_pos is not None and end_pos < start_pos:
+        raise fail(f"--endpos ({end_pos}) is below --startpos ({start_pos})", 2)
+    try:
+        skip = HEADER_LENGTH + digest_length(digest_type.upper())
+    except (DLogError, KeyError, ValueError):
+        raise fail(
+            f"--digest-type {digest_type!r}: expected CRC32C, CRC32, HMAC or DUMMY", 2
+        ) from None
+    path = _find_entry_log(log, conf)
+    try:
+        log_id = int(path.name.split(".")[0], 16)
+    except ValueError:
+        raise fail(f"{path}: not an entry log name (<hex id>.log)", 2) from None
+    logger = EntryLogger([path.parent])
+    try:
+        if ledgers_map:
+            ledgers = logger.read_ledgers_map(log_id)
+            if ledgers is None:
+                _note(f"{path}: not sealed (no ledgers map); built from its entries")
+                ledgers = {}
+                for lid, _, _, size in logger.scan(log_id):
+                    ledgers[lid] = ledgers.get(lid, 0) + size + 4
+            for lid, size in sorted(ledgers.items()):
+                print(f"{lid}\t{size}")
+            return
+        out = sys.stdout
+        for lid, eid, loc, size in logger.scan(log_id):
+            begin = split_location(loc)[1] - 4  # the size field
+            if ledger_id is not None and lid != ledger_id:
+                continue
+            if entry_id is not None and eid != entry_id:
+                continue
+            if end_pos is not None and begin > end_pos:
+                break
+            if start_pos is not None and begin + 4 + size - 1 < start_pos:
+                continue
+            line = f"{lid}\t{eid}\t{begin}\t{size}"
+            if msg:
+                line += "\t" + _payload_text(logger.read_entry(loc, lid, eid)[skip:], force_hex)
+            out.write(line + "\n")
+        out.flush()
+    except BrokenPipeError:  # `| head`: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(0) from None
+    except (CorruptedFileError, OSError) as e:
+        raise fail(str(e)) from None
+    finally:
+        logger.close()
+
+
+def _find_entry_log(log: str, conf: Path | None) -> Path:
+    """The file of ``log``: an id looked up in the ledger directories of
+    ``--conf``, or else a file (BookKeeper's readlog does the same)."""
+    from dlog.bookie.entry_log import log_file_name as file_name
+
+    try:
+        log_id = int(log)
+    except ValueError:
+        if not Path(log).is_file():
+            raise fail(f"{log}: neither an entry log id nor an entry log file", 2) from None
+        return Path(log)
+    if log_id < 0:
+        raise fail(f"entry log id {log_id} is negative", 2)
+    if conf is None:
+        raise fail("an entry log id needs --conf (the bookie's configuration file)", 2)
+    cfg = _bookie_conf(conf)
+    for d in cfg.ledger_directories:
+        candidate = Path(d) / "current" / file_name(log_id)
+        if candidate.is_file():
+            return candidate
+    raise fail(f"entry log {log_id:x} ({file_name(log_id)}) is in no ledger directory of {conf}")

@@ -110,6 +110,20 @@ class BookieConfig(Config):
         min=0,
         max=65535,
     )
+    http_server_enabled: bool = setting(
+        "httpServerEnabled",
+        False,
+        "Serve the HTTP admin API (PUT /api/v1/bookie/gc triggers garbage collection, "
+        "as `dlog shell triggergc` does; GET /api/v1/bookie/gc and /api/v1/bookie/gc_details "
+        "report on it).",
+    )
+    http_server_port: int = setting(
+        "httpServerPort",
+        8080,
+        "Port of the HTTP admin API (0 = any free port).",
+        min=0,
+        max=65535,
+    )
     num_read_worker_threads: int = setting(
         "numReadWorkerThreads", 8, "Threads that read entries from disk.", min=1, max=256
     )
