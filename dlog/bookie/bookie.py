@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import logging
 import struct
 from collections import OrderedDict
@@ -140,6 +141,7 @@ class Bookie:
         self.checkpointer: Checkpointer | None = None
         self.gc: GarbageCollector | None = None
         self._all_ledger_dirs_full = False
+        self._was_full: set[Path] = set()
         self.disk: DiskMonitor | None = None
         self.read_pool: ThreadPoolExecutor | None = None
         self._shutdown = shutdown or self.stop
@@ -174,7 +176,10 @@ class Bookie:
 
         loop = asyncio.get_running_loop()
         self.storage = await loop.run_in_executor(
-            None, DbLedgerStorage, self.conf, self.ledger_dirs
+            None,
+            functools.partial(
+                DbLedgerStorage, self.conf, self.ledger_dirs, full_dirs=self._full_dirs
+            ),
         )
         for sd in self.storage.dirs:
             sd.on_io_error = self._storage_io_error
@@ -625,11 +630,23 @@ class Bookie:
         """The garbage collector dropped the ledger's data."""
         self._ledgers.pop(ledger_id, None)
 
+    def _full_dirs(self) -> set[Path]:
+        return set(self.disk.full) if self.disk is not None else set()
+
     def _disk_changed(self, full: set[Path]) -> None:
+        """A ledger directory that fills up sends its storage's new entry
+        logs to the other ledger disks; the bookie turns read-only only
+        when every ledger directory is full, or a journal directory is."""
         self._all_ledger_dirs_full = all(d in full for d in self.ledger_dirs)
         if self._all_ledger_dirs_full and self.gc is not None:
             self.gc.no_space()
-        self.set_read_only("disk full", bool(full))
+        if self.storage is not None:
+            for sd in self.storage.dirs:
+                if sd.directory in full and sd.directory not in self._was_full:
+                    sd.manager.rotate_all()
+        self._was_full = set(full)
+        journal_full = any(d in full for d in self.journal_dirs)
+        self.set_read_only("disk full", self._all_ledger_dirs_full or journal_full)
         if self.disk is None:
             return  # still starting: start() checks once the monitor exists
         for journal in self.journals:

@@ -347,6 +347,10 @@ class EntryLogger:
         and unknown to readers until :meth:`install`."""
         with self._lock:
             dirs = self._writable()
+            if not dirs and compacting:
+                # Compaction on full disks (isForceGCAllowWhenNoSpace) is how
+                # they get room back: it may use the space left.
+                dirs = self.ledger_dirs[:1]
             if not dirs:
                 from dlog.errors import DiskFullError
 

@@ -45,6 +45,7 @@ class EntryLogManager(abc.ABC):
         # failed on the bookie): filled from the event loop, drained under
         # the lock by :meth:`_apply_rotations`.
         self._rotate_requested: set[int] = set()
+        self._rotate_everything = False
         # Where each open log stood when the current flush began.
         self._savepoints: dict[int, Savepoint] = {}
 
@@ -120,12 +121,37 @@ class EntryLogManager(abc.ABC):
         self._rotate_requested.add(ledger_id)
 
     def _apply_rotations(self) -> None:
-        """Under the lock: carry out :meth:`rotate_ledger` requests."""
+        """Under the lock: carry out :meth:`rotate_ledger` and
+        :meth:`rotate_all` requests."""
+        if self._rotate_everything:
+            self._rotate_everything = False
+            for f in self.active_logs():
+                self._rotate(f)
+            self._close_active()
         while self._rotate_requested:
             self._rotate_ledger_now(self._rotate_requested.pop())
 
     def _rotate_ledger_now(self, ledger_id: int) -> None:  # noqa: B027 - an optional hook
         """Rotate the log ``ledger_id`` writes to, if it has one of its own."""
+
+    def rotate_all(self) -> None:
+        """Every open log stops taking entries (its directory is full: new
+        logs go to writable directories); sealed at the next flush.
+        Callable from the event loop, as :meth:`rotate_ledger`."""
+        self._rotate_everything = True
+
+    def abandon_open_logs(self) -> None:
+        """A flush failed with ENOSPC and was rolled back: close every open
+        log as it is, unsealed (sealing writes too; an unsealed log is read
+        by scanning), so that the retry writes to new logs in writable
+        directories."""
+        with self._lock:
+            for f in self._rotated + self.active_logs():
+                f.abandon()
+                log.warning("entry log %s closed unsealed: its disk is full", f.path.name)
+            self._rotated = []
+            self._savepoints = {}
+            self._close_active()
 
     def _rotate(self, f: EntryLogFile) -> None:
         self._rotated.append(f)

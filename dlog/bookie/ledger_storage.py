@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import hashlib
 import logging
 import time
 from collections.abc import Callable
@@ -69,6 +70,8 @@ class SingleDirectoryDbLedgerStorage:
         *,
         write_cache_bytes: int,
         read_cache_bytes: int,
+        overflow_dirs: list[Path] | None = None,
+        full_dirs: Callable[[], set[Path]] | None = None,
     ) -> None:
         self.directory = directory
         #: The indexes are open read-only: the disk was full at start
@@ -88,7 +91,25 @@ class SingleDirectoryDbLedgerStorage:
             )
             self.ledger_index, self.locations = self._open_indexes(read_only=True)
             self.read_only_indexes = True
-        self.entry_logger = EntryLogger([directory], flush_every_bytes=conf.flush_entrylog_bytes)
+        # Entry logs go to this directory while it has room, else to this
+        # storage's overflow directories on the other ledger disks (see
+        # DbLedgerStorage); its indexes stay here.
+        overflow = list(overflow_dirs or [])
+        for d in overflow:
+            d.mkdir(parents=True, exist_ok=True)
+        full = full_dirs or set
+
+        def writable() -> list[Path]:
+            now = full()
+            if directory not in now:
+                return [directory]
+            return [d for d in overflow if d.parent not in now]
+
+        self.entry_logger = EntryLogger(
+            [directory, *overflow],
+            flush_every_bytes=conf.flush_entrylog_bytes,
+            writable_dirs=writable,
+        )
         self.manager: EntryLogManager = create_entry_log_manager(
             self.entry_logger,
             log_size_limit=conf.log_size_limit,
@@ -288,8 +309,11 @@ class SingleDirectoryDbLedgerStorage:
             try:
                 nbytes = self._write_entry_logs(cache, batch)
                 self.manager.flush()
-            except BaseException:
+            except BaseException as e:
                 self.manager.rollback()
+                if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+                    # The retry must not write to the same full disk.
+                    self.manager.abandon_open_logs()
                 raise
             # The entries are durable in the entry logs from here on: if the
             # index write fails, the retry writes only the index.
@@ -483,10 +507,23 @@ class SingleDirectoryDbLedgerStorage:
         self._executor.shutdown(wait=True)
 
 
+def overflow_dir_name(directory: Path) -> str:
+    """Where, on another ledger disk, the storage of ``directory`` puts
+    entry logs while its own disk is full: named after it (stable as long
+    as its path is), so each storage's log ids stay its own."""
+    return "overflow-" + hashlib.sha1(str(directory).encode()).hexdigest()[:12]
+
+
 class DbLedgerStorage:
     """Ledgers spread over ledger directories by id, one storage per dir."""
 
-    def __init__(self, conf: BookieConfig, ledger_dirs: list[Path]) -> None:
+    def __init__(
+        self,
+        conf: BookieConfig,
+        ledger_dirs: list[Path],
+        *,
+        full_dirs: Callable[[], set[Path]] | None = None,
+    ) -> None:
         n = len(ledger_dirs)
         self.dirs = [
             SingleDirectoryDbLedgerStorage(
@@ -494,6 +531,8 @@ class DbLedgerStorage:
                 conf,
                 write_cache_bytes=conf.write_cache_bytes // n,
                 read_cache_bytes=conf.read_cache_bytes // n,
+                overflow_dirs=[o / overflow_dir_name(d) for o in ledger_dirs if o != d],
+                full_dirs=full_dirs,
             )
             for d in ledger_dirs
         ]
