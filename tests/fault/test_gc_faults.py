@@ -89,7 +89,14 @@ def ledger_dir(bookie: BookieProcess) -> Path:
 
 
 def log_bytes(bookie: BookieProcess) -> int:
-    return sum(p.stat().st_size for p in ledger_dir(bookie).glob("*.log"))
+    """Bytes of entry logs (the collector may remove one while we look)."""
+    total = 0
+    for p in ledger_dir(bookie).glob("*.log"):
+        try:
+            total += p.stat().st_size
+        except FileNotFoundError:
+            pass
+    return total
 
 
 def leftovers(bookie: BookieProcess) -> list[str]:
