@@ -492,43 +492,52 @@ class EntryLogger:
     def scan(self, log_id: int) -> Iterator[tuple[int, int, int, int]]:
         """Yield (ledgerId, entryId, location, size) of every entry in a log."""
         path = self.path_of(log_id)
-        with open(path, "rb") as f:
-            data = f.read()
-        map_offset, _ = parse_header(data, path)
-        end = map_offset if map_offset > 0 else len(data)
-        pos = HEADER_SIZE
-        while pos + 4 <= end:
-            (n,) = _SIZE.unpack_from(data, pos)
-            if n <= 0 or pos + 4 + n > end:
-                return
-            if n < 16:
-                raise CorruptedFileError(f"{path}: record of {n} bytes at {pos}")
-            lid, eid = _IDS.unpack_from(data, pos + 4)
-            if lid != INVALID_LID:
-                yield lid, eid, location(log_id, pos + 4), n
-            pos += 4 + n
+        # Record headers only, through a buffered reader: a log is up to
+        # logSizeLimit (1 GiB by default) and must not be read into memory.
+        with open(path, "rb", buffering=1 << 20) as f:
+            map_offset, _ = parse_header(f.read(HEADER_SIZE), path)
+            end = map_offset if map_offset > 0 else os.fstat(f.fileno()).st_size
+            pos = HEADER_SIZE
+            f.seek(pos)
+            while pos + 4 <= end:
+                head = f.read(20)
+                if len(head) < 4:
+                    return
+                (n,) = _SIZE.unpack_from(head)
+                if n <= 0 or pos + 4 + n > end:
+                    return
+                if n < 16 or len(head) < 20:
+                    raise CorruptedFileError(f"{path}: record of {n} bytes at {pos}")
+                lid, eid = _IDS.unpack_from(head, 4)
+                if lid != INVALID_LID:
+                    yield lid, eid, location(log_id, pos + 4), n
+                pos += 4 + n
+                f.seek(pos)
 
     def read_ledgers_map(self, log_id: int) -> dict[int, int] | None:
-        """The ledgers map of a sealed log, or None if the log was not sealed."""
+        """The ledgers map of a sealed log, or None if the log was not sealed.
+        Reads the header and the map only (it is at the end of the log)."""
         path = self.path_of(log_id)
         with open(path, "rb") as f:
+            map_offset, count = parse_header(f.read(HEADER_SIZE), path)
+            if map_offset <= 0:
+                return None
+            f.seek(map_offset)
             data = f.read()
-        map_offset, count = parse_header(data, path)
-        if map_offset <= 0:
-            return None
         out: dict[int, int] = {}
-        pos = map_offset
+        pos = 0
         while pos + 4 <= len(data) and len(out) < count:
             (n,) = _SIZE.unpack_from(data, pos)
+            at = map_offset + pos
             if n < _MAP_HEAD.size or pos + 4 + n > len(data):
-                raise CorruptedFileError(f"{path}: bad ledgers map record at {pos}")
+                raise CorruptedFileError(f"{path}: bad ledgers map record at {at}")
             lid, eid, items = _MAP_HEAD.unpack_from(data, pos + 4)
             if (
                 lid != INVALID_LID
                 or eid != LEDGERS_MAP_ENTRY_ID
                 or _MAP_HEAD.size + items * 16 != n
             ):
-                raise CorruptedFileError(f"{path}: bad ledgers map header at {pos}")
+                raise CorruptedFileError(f"{path}: bad ledgers map header at {at}")
             for i in range(items):
                 ledger, size = _MAP_ITEM.unpack_from(data, pos + 4 + _MAP_HEAD.size + i * 16)
                 out[ledger] = size
