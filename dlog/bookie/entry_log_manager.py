@@ -7,9 +7,10 @@ single-active-log manager and the log-per-ledger manager are
 interchangeable without flags anywhere else.
 
 The storage flush thread calls :meth:`add_entry` and :meth:`flush`; the
-event loop calls :meth:`write_close`, and :meth:`rotate_ledger`, which only
-records the request (no lock: a flush may hold it across an fsync) for the
-next add or flush to apply under the lock.
+event loop calls :meth:`write_close`, :meth:`rotate_ledger` and
+:meth:`rotate_all`, which only record the request (no lock: a flush may
+hold it across an fsync) for the next add, flush or checkpoint to apply
+under the lock.
 
 A storage flush is bracketed by :meth:`begin_flush` and, if any write or
 sync in it fails, :meth:`rollback`: every log it touched goes back to where
@@ -109,9 +110,18 @@ class EntryLogManager(abc.ABC):
         """Checkpoint hook (after :meth:`flush`): rotate what should rotate."""
 
     def write_close(self, ledger_id: int) -> None:
-        """BP-32 advisory hint: no more entries will come for ``ledger_id``."""
-        with self._lock:
-            self.write_closed.add(ledger_id)
+        """BP-32 advisory hint: no more entries will come for ``ledger_id``.
+        Called on the event loop, so it takes no lock (a flush may hold it
+        across an fsync): adding to a set is atomic, and the checkpoint
+        takes the hints with :meth:`_take_write_closed`."""
+        self.write_closed.add(ledger_id)
+
+    def _take_write_closed(self) -> set[int]:
+        """The hints received so far, removed (atomic set operations: a hint
+        arriving meanwhile is kept for the next checkpoint)."""
+        taken = set(self.write_closed)
+        self.write_closed.difference_update(taken)
+        return taken
 
     def rotate_ledger(self, ledger_id: int) -> None:
         """BP-32 "rotate first": an add of ``ledger_id`` failed on this
@@ -208,8 +218,7 @@ class SingleActiveEntryLogManager(EntryLogManager):
         return [self._current] if self._current is not None else []
 
     def checkpoint(self) -> None:
-        with self._lock:
-            self.write_closed.clear()
+        self._take_write_closed()
 
     # _rotate_ledger_now stays a no-op: the shared log holds every other
     # ledger's entries too, and one failing ledger must not make a storm of
@@ -277,13 +286,13 @@ class EntryLogManagerForEntryLogPerLedger(EntryLogManager):
     def checkpoint(self) -> None:
         with self._lock:
             now = self._clock()
-            victims = [lid for lid in self.write_closed if lid in self._logs]
+            closed = self._take_write_closed()
+            victims = [lid for lid in closed if lid in self._logs]
             victims += [
                 lid
                 for lid, (_, access) in self._logs.items()
-                if now - access >= self.expiry_seconds and lid not in self.write_closed
+                if now - access >= self.expiry_seconds and lid not in closed
             ]
-            self.write_closed.clear()
             for lid in victims:
                 f, _ = self._logs.pop(lid)
                 # The checkpoint has just flushed: nothing is buffered, seal

@@ -545,3 +545,37 @@ def test_per_ledger_write_close_of_unknown_ledger_is_harmless(tmp_path: Path) ->
     assert len(mgr.active_logs()) == 1
     assert mgr.write_closed == set()
     mgr.close()
+
+
+def test_write_close_never_waits_for_a_flush(tmp_path: Path) -> None:
+    """The event loop's write-close hint must not block behind the manager's
+    lock, which a flush holds across an fsync; the hint still counts."""
+    import threading
+
+    from dlog.bookie.entry_log_manager import create_entry_log_manager
+
+    d = tmp_path / "wc"
+    d.mkdir()
+    mgr = create_entry_log_manager(EntryLogger([d]), log_size_limit=1 << 20, per_ledger=True)
+    mgr.add_entry(7, struct.pack(">qq", 7, 0) + b"x")
+    held, release = threading.Event(), threading.Event()
+
+    def flush_holding_the_lock() -> None:
+        with mgr._lock:
+            held.set()
+            release.wait(5)
+
+    t = threading.Thread(target=flush_holding_the_lock)
+    t.start()
+    held.wait(5)
+    done = threading.Event()
+    threading.Thread(target=lambda: (mgr.write_close(7), done.set())).start()
+    try:
+        assert done.wait(1), "write_close waited for the flush's lock"
+    finally:
+        release.set()
+        t.join()
+    mgr.flush()
+    mgr.checkpoint()
+    assert mgr.active_logs() == []  # the hint rotated ledger 7's log
+    mgr.close()
