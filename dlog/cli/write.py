@@ -163,8 +163,10 @@ async def _write_stdin(
 
     If this call created the stream and no record of it is acknowledged
     (the write failed, or stdin was empty), the stream is deleted again."""
-    writer = await lm.open_writer()
+    writer: LogWriter | None = None
+    had_segments: bool | None = None
     try:
+        writer = await lm.open_writer()
         had_segments = bool(await lm.store.get_segments(stream))
         # Ours to discard: created by this call, and no one wrote to it
         # before this writer took the lock (no one else can while it holds it).
@@ -175,17 +177,44 @@ async def _write_stdin(
             txid = writer.last_txid + 1
         else:
             txid = int(time.time() * 1000)
-        try:
-            count, last = await _copy_stdin(writer, txid, show_progress)
-        except BaseException:
-            if discard:
-                await _discard_unwritten(ns, lm, writer, stream)
-            raise
+        count, last = await _copy_stdin(writer, txid, show_progress)
         if discard and count == 0:
             await _discard_unwritten(ns, lm, writer, stream)
+    except BaseException:
+        # Failed or interrupted (Ctrl-C) anywhere, even while the writer was
+        # still opening: a stream this call created goes again unless a
+        # record of it is acknowledged or someone else wrote to it.
+        if created and not had_segments:
+            await _discard_created(ns, lm, writer, stream, checked=had_segments is not None)
+        raise
     finally:
-        await writer.close()
+        if writer is not None:
+            await writer.close()
     return count, txid, last
+
+
+async def _discard_created(
+    ns: Namespace, lm: LogManager, writer: LogWriter | None, stream: str, *, checked: bool
+) -> None:
+    """:func:`_discard_unwritten` for a stream this call created, taking its
+    lock first if the writer never finished opening, and looking at its
+    segments under the lock unless that was done (``checked``)."""
+    own = writer
+    try:
+        if own is None:
+            own = await lm.open_writer()
+        if not checked and await lm.store.get_segments(stream):
+            return  # someone else wrote to it before we held the lock
+        await _discard_unwritten(ns, lm, own, stream)
+    except DLogError as e:
+        err_console.print(
+            f"[yellow]warning: could not remove stream {escape(stream)}, created by this "
+            f"write: {escape(str(e))}[/]",
+            soft_wrap=True,
+        )
+    finally:
+        if writer is None and own is not None:
+            await own.close()
 
 
 async def _copy_stdin(writer: LogWriter, txid: int, show_progress: bool) -> tuple[int, DLSN | None]:
