@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from dlog.bookie import fileio
 from dlog.bookie.entry_location_index import EntryLocationIndex
 from dlog.bookie.entry_log import (
     COMPACTING_SUFFIX,
@@ -111,7 +112,7 @@ class Compactor:
 
     def compact(self, meta: EntryLogMetadata, live: Callable[[int], bool]) -> CompactionResult:
         old = meta.log_id
-        moves: list[tuple[int, int, int, int]] = []  # ledger, entry, old, new location
+        moves: list[tuple[int, int, int]] = []  # ledger, entry, new location
         out: EntryLogFile | None = None
         nbytes = 0
         self.throttle.reset()
@@ -123,7 +124,7 @@ class Compactor:
                 data = self.logger.read_entry(loc, lid, eid)
                 if out is None:
                     out = self.logger.create_log(compacting=True)
-                moves.append((lid, eid, loc, out.add(lid, data)))
+                moves.append((lid, eid, out.add(lid, data)))
                 nbytes += size
                 batch += 1
                 if batch == _BATCH:
@@ -143,9 +144,9 @@ class Compactor:
             marker = out.directory / marker_name(old, out.log_id)
             _write_marker(marker)
             failpoint("compaction.after_marker")
-            self.logger.install(out)
+            out.path = self.logger.install(out.directory, out.log_id, out.path)
             failpoint("compaction.after_install")
-            self._repoint(moves)
+            self._repoint(old, moves)
             failpoint("compaction.after_index")
         else:
             marker = None
@@ -163,14 +164,16 @@ class Compactor:
         )
         return CompactionResult(old, len(moves), nbytes, freed)
 
-    def _repoint(self, moves: list[tuple[int, int, int, int]]) -> None:
-        """Point the index at the new copies of entries it still has at the
-        old ones, durably (on the storage thread)."""
+    def _repoint(self, old: int, moves: list[tuple[int, int, int]]) -> None:
+        """Point the index at the new copies ``(ledger, entry, location)`` of
+        the entries it still has in log ``old``, durably, on the storage
+        thread. (An entry stored again since, elsewhere, keeps its place.)"""
 
         def update() -> None:
             get = self.locations.get
-            changed = [(lid, eid, new) for lid, eid, old, new in moves if get(lid, eid) == old]
-            self.locations.add_batch(changed)
+            self.locations.add_batch(
+                [(lid, eid, loc) for lid, eid, loc in moves if _in_log(get(lid, eid), old)]
+            )
 
         self.on_storage_thread(update)
 
@@ -189,32 +192,10 @@ class Compactor:
 
     def _finish(self, d: Path, old: int, new: int, marker: Path) -> None:
         compacting = d / (log_file_name(new) + COMPACTING_SUFFIX)
-        final = d / log_file_name(new)
-        if compacting.exists():
-            os.replace(compacting, final)
-            dfd = os.open(d, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        self.logger.adopt(d, new)
+        path = compacting if compacting.exists() else d / log_file_name(new)
+        self.logger.install(d, new, path)
         if self.logger.directory_of(old) is not None:
-            moves = [
-                (lid, eid, loc)
-                for lid, eid, loc, _ in self.logger.scan(new)
-                if _in_log(self.locations.get(lid, eid), old)
-            ]
-
-            def update() -> None:
-                self.locations.add_batch(
-                    [
-                        (lid, eid, loc)
-                        for lid, eid, loc in moves
-                        if _in_log(self.locations.get(lid, eid), old)
-                    ]
-                )
-
-            self.on_storage_thread(update)
+            self._repoint(old, [(lid, eid, loc) for lid, eid, loc, _ in self.logger.scan(new)])
             self.logger.remove_log(old)
         marker.unlink(missing_ok=True)
         log.info("finished an interrupted compaction of entry log %x into %x", old, new)
@@ -225,13 +206,7 @@ def _in_log(loc: int | None, log_id: int) -> bool:
 
 
 def _write_marker(path: Path) -> None:
+    """An empty file, durably: its name is the record."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    os.close(fd)
+    fileio.sync_dir(path.parent, "compaction.fsync")

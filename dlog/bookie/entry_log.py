@@ -368,29 +368,20 @@ class EntryLogger:
             else:
                 f = EntryLogFile(d, log_id, flush_every_bytes=self._flush_every)
                 self._dir_of[log_id] = d
-        dfd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        fileio.sync_dir(d, "entry_log.sync_dir")
         return f
 
-    def install(self, f: EntryLogFile) -> None:
-        """Make a sealed compaction output an ordinary log (rename, durably)."""
-        final = f.directory / log_file_name(f.log_id)
-        if f.path != final:
-            os.replace(f.path, final)
-            _sync_dir(f.directory)
-            f.path = final
-        with self._lock:
-            self._dir_of[f.log_id] = f.directory
-
-    def adopt(self, directory: Path, log_id: int) -> None:
-        """Know a log file that appeared in ``directory`` (a recovered
-        compaction output renamed into place)."""
+    def install(self, directory: Path, log_id: int, path: Path) -> Path:
+        """Make a sealed compaction output at ``path`` an ordinary log
+        (renamed into place, durably); returns its final path."""
+        final = directory / log_file_name(log_id)
+        if path != final:
+            os.replace(path, final)
+            fileio.sync_dir(directory, "entry_log.sync_dir")
         with self._lock:
             self._dir_of[log_id] = directory
             self._last_id = max(self._last_id, log_id)
+        return final
 
     def remove_log(self, log_id: int) -> int:
         """Delete a log file for good; returns the bytes freed. Reads that
@@ -411,7 +402,7 @@ class EntryLogger:
             path.unlink()
         except FileNotFoundError:
             return 0
-        _sync_dir(d)
+        fileio.sync_dir(d, "entry_log.sync_dir")
         return size
 
     def directory_of(self, log_id: int) -> Path | None:
@@ -554,11 +545,3 @@ class EntryLogger:
             for _, fd in self._retired:
                 os.close(fd)
             self._retired.clear()
-
-
-def _sync_dir(d: Path) -> None:
-    dfd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)

@@ -76,6 +76,16 @@ def fdatasync(fd: int, point: str) -> None:
     os.fdatasync(fd)
 
 
+def sync_dir(directory: str | os.PathLike[str], point: str) -> None:
+    """fsync a directory, so that files created, renamed or removed in it
+    stay that way after a crash."""
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        fsync(dfd, point)
+    finally:
+        os.close(dfd)
+
+
 def check(point: str) -> None:
     """A failpoint before an operation this module cannot wrap (a RocksDB
     write): ENOSPC or EIO as the operation would report it."""

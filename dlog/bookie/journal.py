@@ -408,11 +408,7 @@ class Journal:
             self._ensure_space(len(header))
             fileio.pwrite(fd, header, 0, "journal.write")
             fileio.fsync(fd, "journal.fsync")
-            dfd = os.open(self.directory, os.O_RDONLY)
-            try:
-                fileio.fsync(dfd, "journal.fsync")
-            finally:
-                os.close(dfd)
+            fileio.sync_dir(self.directory, "journal.fsync")
         except OSError:
             os.close(fd)
             path.unlink(missing_ok=True)  # the next attempt reuses the id

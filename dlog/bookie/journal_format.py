@@ -199,8 +199,4 @@ def write_last_mark(ledger_dirs: list[Path], mark: LogMark, name: str = "lastMar
         finally:
             os.close(fd)
         os.replace(tmp, d / name)
-        dfd = os.open(d, os.O_RDONLY)
-        try:
-            fileio.fsync(dfd, "checkpoint.fsync")
-        finally:
-            os.close(dfd)
+        fileio.sync_dir(d, "checkpoint.fsync")
