@@ -207,11 +207,7 @@ async def _discard_created(
             return  # someone else wrote to it before we held the lock
         await _discard_unwritten(ns, lm, own, stream)
     except DLogError as e:
-        err_console.print(
-            f"[yellow]warning: could not remove stream {escape(stream)}, created by this "
-            f"write: {escape(str(e))}[/]",
-            soft_wrap=True,
-        )
+        _warn_kept(stream, e)
     finally:
         if writer is None and own is not None:
             await own.close()
@@ -276,11 +272,15 @@ async def _discard_unwritten(ns: Namespace, lm: LogManager, writer: LogWriter, s
             return
         await ns.delete_log(stream)
     except DLogError as e:
-        err_console.print(
-            f"[yellow]warning: could not remove stream {escape(stream)}, created by this "
-            f"write: {escape(str(e))}[/]",
-            soft_wrap=True,
-        )
+        _warn_kept(stream, e)
+
+
+def _warn_kept(stream: str, error: DLogError) -> None:
+    err_console.print(
+        f"[yellow]warning: could not remove stream {escape(stream)}, created by this "
+        f"write: {escape(str(error))}[/]",
+        soft_wrap=True,
+    )
 
 
 def _progress():  # type: ignore[no-untyped-def]
