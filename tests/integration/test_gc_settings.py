@@ -20,6 +20,7 @@ import pytest
 from dlog.bookie.service import BookieService
 from dlog.ledger.client import BookKeeper
 from dlog.ledger.metadata_store import LedgerMetadataStore
+from dlog.ledger.underreplication import mark_underreplicated
 from dlog.uri import parse_metadata_service_uri
 from dlog.zk import ZooKeeper
 
@@ -194,12 +195,18 @@ async def test_overreplicated_ledger_is_dropped(
     store = LedgerMetadataStore(zk, parse_metadata_service_uri(ledgers_uri).ledgers_root)
     async with BookKeeper(ledgers_uri) as bk:
         moved, stays_here = await write_ledger(bk, 5), await write_ledger(bk, 5)
-    md, version = await store.read(moved)
-    assert md.ensembles == ((0, (bookie.bookie_id,)),)
-    # Re-replication moved it elsewhere: this bookie's copy is surplus.
-    await store.write(dataclasses.replace(md, ensembles=((0, ("127.0.0.1:1",)),)), version)
+        marked = await write_ledger(bk, 5)
+    root = parse_metadata_service_uri(ledgers_uri).ledgers_root
+    for lid in (moved, marked):
+        md, version = await store.read(lid)
+        assert md.ensembles == ((0, (bookie.bookie_id,)),)
+        # Re-replication moved it elsewhere: this bookie's copy is surplus.
+        await store.write(dataclasses.replace(md, ensembles=((0, ("127.0.0.1:1",)),)), version)
+    # ... unless the ledger is marked under-replicated: its copy here may be
+    # the one re-replication reads.
+    await mark_underreplicated(zk, root, marked, ["127.0.0.1:1"])
     await eventually(lambda: moved not in stored(bookie), 4, "over-replicated ledger dropped")
-    assert stays_here in stored(bookie)
+    assert stays_here in stored(bookie) and marked in stored(bookie)
     assert bookie.core.gc is not None and bookie.core.gc.stats.overreplicated_ledgers == 1
 
 

@@ -238,3 +238,33 @@ async def test_a_deleted_ledgers_cached_entries_are_not_written_out(tmp_path: Pa
     assert sd.locations.entry_ids(2) == [] and sd.locations.entry_ids(1) == list(range(10))
     assert not sd._deleted  # forgotten once its half is flushed
     await sd.close()
+
+
+async def test_a_read_that_looked_up_the_old_location_still_finds_the_entry(
+    tmp_path: Path,
+) -> None:
+    """A read races a compaction: it took the location from the index just
+    before the index moved and the old log went. It reads the new copy."""
+    c = conf(tmp_path, logSizeLimit=1024 * 1024)
+    sd = open_storage(tmp_path, c)
+    await fill(sd, range(1, 3), 100)
+    sd.manager.close()
+    sd.delete_ledger(2)
+    stale = sd.locations.get(1, 7)
+    live_ids = set(sd.ledger_index.ledgers())
+    for m in metas(sd):
+        m.drop_dead(live_ids.__contains__)
+        if split_location(stale or 0)[0] == m.log_id:
+            compactor(sd).compact(m, live_ids.__contains__)
+    assert stale is not None and split_location(stale)[0] not in sd.entry_logger.log_ids()
+    real_get = sd.locations.get
+    answers = iter([stale])
+
+    def racing_get(ledger_id: int, entry_id: int) -> int | None:
+        return next(answers, None) or real_get(ledger_id, entry_id)
+
+    sd.locations.get = racing_get  # type: ignore[method-assign]
+    sd.read_ahead = 0
+    assert sd.get_entry(1, 7) == entry(1, 7)
+    del sd.locations.get
+    await sd.close()
