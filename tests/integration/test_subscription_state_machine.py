@@ -246,17 +246,6 @@ class SubscriptionMachine(RuleBasedStateMachine):
             f"{self._max_acked(before=won_at)}"
         )
         assert position == NonInclusiveLowerBound or position in self.sent, position
-        # What a Java consumer reads: a valid position (never "the start"
-        # because of an unreadable znode), one committed, never going back.
-        try:
-            data, _ = self.run(self.reader.zk.get(self.reader.znode(SID)))
-        except NoNodeError:
-            return
-        assert java_is_valid(data), data
-        java = java_position(data)
-        assert java == NonInclusiveLowerBound or java in self.sent, java
-        assert java >= self.java_seen, f"Java's position went back from {self.java_seen} to {java}"
-        self.java_seen = java
         if won_at >= self.won_at:
             self.owner, self.won_at = inst.slot, won_at
             # Uncontested, unless another takeover is still under way (it
