@@ -302,6 +302,8 @@ class GarbageCollector:
             settled = sd.settled_logs()
             if settled is None:
                 continue  # a flush's index write is pending: next cycle
+            # Read again, after ``settled``: a ledger created since the
+            # cycle's first snapshot may already have entries in a settled log.
             live_ids = set(sd.ledger_index.ledgers())
             live = live_ids.__contains__
             metas = self._metas.setdefault(sd, {})
