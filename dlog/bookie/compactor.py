@@ -47,6 +47,16 @@ log = logging.getLogger(__name__)
 
 _MARKER = re.compile(r"^compaction\.([0-9a-f]+)\.([0-9a-f]+)$")
 
+#: The failpoints between compaction's steps, in order (tests crash at each).
+FAILPOINTS = (
+    "compaction.copying",
+    "compaction.after_copy",
+    "compaction.after_marker",
+    "compaction.after_install",
+    "compaction.after_index",
+    "compaction.after_remove",
+)
+
 #: Entries copied between checks of the throttle.
 _BATCH = 256
 

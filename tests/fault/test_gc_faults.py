@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from dlog.bookie.compactor import FAILPOINTS
 from dlog.ledger.client import BookKeeper
 from dlog.sandbox.bookies import BookieCluster, BookieProcess
 
@@ -34,14 +35,7 @@ GC_SETTINGS: dict[str, object] = {
 #: Exit code of a process stopped by an ``exit`` failpoint.
 FAILPOINT_EXIT = 86
 
-COMPACTION_STEPS = [
-    "compaction.copying",
-    "compaction.after_copy",
-    "compaction.after_marker",
-    "compaction.after_install",
-    "compaction.after_index",
-    "compaction.after_remove",
-]
+COMPACTION_STEPS = list(FAILPOINTS)
 
 
 def body(lid: int, eid: int) -> bytes:

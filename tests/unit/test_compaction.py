@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dlog import failpoints
-from dlog.bookie.compactor import Compactor, Throttle
+from dlog.bookie.compactor import FAILPOINTS, Compactor, Throttle
 from dlog.bookie.entry_log import COMPACTING_SUFFIX, split_location
 from dlog.bookie.entry_log_metadata import EntryLogMetadata, compaction_candidates
 from dlog.bookie.ledger_storage import SingleDirectoryDbLedgerStorage
@@ -140,17 +140,7 @@ async def test_compaction_moves_live_entries_and_frees_the_log(tmp_path: Path) -
     await again.close()
 
 
-@pytest.mark.parametrize(
-    "point",
-    [
-        "compaction.copying",
-        "compaction.after_copy",
-        "compaction.after_marker",
-        "compaction.after_install",
-        "compaction.after_index",
-        "compaction.after_remove",
-    ],
-)
+@pytest.mark.parametrize("point", FAILPOINTS)
 async def test_a_crash_at_any_step_of_compaction_loses_nothing(tmp_path: Path, point: str) -> None:
     c = conf(tmp_path, logSizeLimit=1024 * 1024)
     sd = open_storage(tmp_path, c)
