@@ -379,6 +379,84 @@ class BookieConfig(Config):
         min=0,
         unit="ms",
     )
+    # -- AutoRecovery: the auditor and replication workers -----------------------
+    auto_recovery_daemon_enabled: bool = setting(
+        "autoRecoveryDaemonEnabled",
+        False,
+        "Run AutoRecovery (an auditor candidate and a replication worker) inside this "
+        "bookie's process; `dlog autorecovery` runs it as a daemon of its own instead.",
+    )
+    lost_bookie_recovery_delay: int = setting(
+        "lostBookieRecoveryDelay",
+        0,
+        "How long a bookie may be gone before the auditor marks its ledgers under-replicated "
+        "(a bookie back within it costs no copying). Once the auditor has stored it in "
+        "ZooKeeper, `dlog shell lostbookierecoverydelay --set` changes it at run time.",
+        min=0,
+        unit="s",
+    )
+    auditor_periodic_bookie_check_interval: int = setting(
+        "auditorPeriodicBookieCheckInterval",
+        86400,
+        "How often the auditor compares every ledger's ensembles with the registered "
+        "bookies and marks ledgers on missing bookies (0 = never).",
+        min=0,
+        unit="s",
+    )
+    auditor_periodic_check_interval: int = setting(
+        "auditorPeriodicCheckInterval",
+        604800,
+        "How often the auditor asks each bookie of each ledger which entries it holds "
+        "(GetListOfEntriesOfLedger) and marks ledgers with missing entries (0 = never).",
+        min=0,
+        unit="s",
+    )
+    auditor_periodic_orphaned_ledger_check_interval: int = setting(
+        "auditorPeriodicOrphanedLedgerCheckInterval",
+        3600,
+        "How often the auditor lists orphaned ledgers (BP-44) under the ORPHANED znode "
+        "(0 = never). Once stored in ZooKeeper, `dlog shell orphanauditinterval --set` "
+        "changes it at run time (dlog extension).",
+        min=0,
+        unit="s",
+    )
+    orphaned_ledger_grace_period: int = setting(
+        "orphanedLedgerGracePeriod",
+        3600,
+        "A ledger closed with expectDeleteAfter that still exists this long after that "
+        "instant is listed as orphaned (DELETE_OVERDUE) (dlog extension, BP-44).",
+        min=0,
+        unit="s",
+    )
+    rereplication_entry_batch_size: int = setting(
+        "rereplicationEntryBatchSize",
+        10,
+        "Entries a replication worker copies at once.",
+        min=1,
+    )
+    open_ledger_rereplication_grace_period: int = setting(
+        "openLedgerRereplicationGracePeriod",
+        30000,
+        "How long a replication worker leaves an open ledger's last fragment to its "
+        "writer before it fences the ledger to replicate it.",
+        min=0,
+        unit="ms",
+    )
+    lock_release_of_failed_ledger_grace_period: int = setting(
+        "lockReleaseOfFailedLedgerGracePeriod",
+        300000,
+        "How long a replication worker keeps the lock of a ledger it failed to replicate "
+        "before another worker may try (a ledger it cannot fix yet is not retried in a loop).",
+        min=0,
+        unit="ms",
+    )
+    rw_rereplicate_backoff_ms: int = setting(
+        "rwRereplicateBackoffMs",
+        5000,
+        "How long a replication worker waits after a failed attempt before taking the next ledger.",
+        min=0,
+        unit="ms",
+    )
 
     def _cross_checks(self) -> Iterator[tuple[str, str]]:
         if 0 < self.max_buffered_frame_bytes < self.netty_max_frame_size_bytes:

@@ -70,6 +70,15 @@ class ClientConfig(Config):
         True,
         "Send BP-32 WRITE_CLOSE hints to the ensemble when a ledger is closed or recovered (dlog extension).",
     )
+    delay_ensemble_change: bool = setting(
+        "delayEnsembleChange",
+        False,
+        "When a bookie of a ledger's ensemble fails and no other writable bookie can "
+        "replace it: false (BookKeeper's default) fails the ledger's writes, true goes on "
+        "writing while the ack quorum holds, leaving the auditor to restore full "
+        "replication. Either way a warning names the ledger and the bookie, and "
+        "ledger_client_ensemble_change_unavailable counts it.",
+    )
     max_outstanding_reads: int = setting(
         "maxOutstandingReads",
         256,
