@@ -53,7 +53,8 @@ class ClientConfig(Config):
     store_systemtime_as_ledger_creation_time: bool = setting(
         "storeSystemtimeAsLedgerCreationTime",
         False,
-        "Store the creation time (ctime) in ledger metadata.",
+        "Store the creation time (ctime) in ledger metadata. A ledger created with a BP-44 "
+        "create context always stores it (lifespan prediction needs it).",
     )
     ledger_metadata_version: int = setting(
         "ledgerMetadataVersion",

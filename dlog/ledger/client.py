@@ -159,8 +159,10 @@ class BookKeeper:
             ensembles=((0, tuple(ensemble)),),
             digest_type=DigestType(int(digest_type)),
             password=password,
+            # BP-44: lifespan prediction needs the creation time, so a create
+            # context stores it whatever storeSystemtimeAsLedgerCreationTime says.
             ctime=int(time.time() * 1000)
-            if self.conf.store_systemtime_as_ledger_creation_time
+            if self.conf.store_systemtime_as_ledger_creation_time or create_context is not None
             else None,
             custom_metadata=dict(custom_metadata or {}),
             create_context=create_context,
