@@ -36,6 +36,8 @@ def build_app() -> typer.Typer:
     from dlog.cli import namespace as _namespace
     from dlog.cli import sandbox as _sandbox
     from dlog.cli import shell as _shell
+    from dlog.cli import shell_autorecovery as _shell_autorecovery  # noqa: F401 (registers on _shell.app)
+    from dlog.cli import shell_bp44 as _shell_bp44  # noqa: F401 (registers on _shell.app)
     from dlog.cli import stream as _stream
     from dlog.cli import subscriptions as _subscriptions
     from dlog.cli import tail as _tail

@@ -41,6 +41,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("the stream context", ("dlog.stream",)),
     ("segment reader and ledger appender", ("dlog.segment_reader", "dlog.ledger.appender")),
     ("a bookie run as a service", ("dlog.bookie.service", "dlog.bookie.main")),
+    (
+        "AutoRecovery: the auditor and replication workers (a bookie may host them)",
+        ("dlog.autorecovery",),
+    ),
     ("the bookie's network server", ("dlog.bookie.server", "dlog.bookie.request_processor")),
     (
         "clients and stores: ledger client, bookie core, stream metadata, the lock",
