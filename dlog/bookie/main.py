@@ -64,6 +64,17 @@ async def serve(conf: BookieConfig) -> int:
             conf.prometheus_stats_http_port,
         )
     await service.start()
+    recovery = None
+    if conf.auto_recovery_daemon_enabled:
+        from dlog.autorecovery.service import AutoRecovery
+
+        # after the bookie serves; its id as the auditor candidate and lock owner
+        recovery = AutoRecovery(conf, registry=service.metrics.registry)
+        try:
+            await recovery.start()
+        except BaseException:
+            await service.stop()
+            raise
     tune_runtime()
 
     async def gauges() -> None:
@@ -85,6 +96,8 @@ async def serve(conf: BookieConfig) -> int:
     waiter = loop.create_task(stop.wait())
     await asyncio.wait({stopped, waiter}, return_when=asyncio.FIRST_COMPLETED)
     gauge_task.cancel()
+    if recovery is not None:
+        await recovery.stop()  # before the bookie goes
     if not service.stopped:
         log.info("shutting down (signal)")
         await service.stop()

@@ -30,6 +30,7 @@ EXTRAS = {
 def build_app() -> typer.Typer:
     import typer
 
+    from dlog.cli import autorecovery as _autorecovery
     from dlog.cli import bookie as _bookie
     from dlog.cli import conf as _conf
     from dlog.cli import dlsn as _dlsn
@@ -50,6 +51,7 @@ def build_app() -> typer.Typer:
         pretty_exceptions_enable=False,
     )
     app.command("bookie")(_bookie.bookie)
+    app.command("autorecovery")(_autorecovery.autorecovery)
     app.add_typer(_shell.app, name="shell")
     app.add_typer(_conf.app, name="conf")
     app.add_typer(_sandbox.app, name="sandbox")
