@@ -27,6 +27,7 @@ from dlog.errors import (
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
+    SessionExpiredError,
     ZooKeeperClosedError,
     ZooKeeperError,
 )
@@ -35,6 +36,9 @@ from dlog.protocol.underreplication import UnderreplicatedLedger
 from dlog.zk import WatchedEvent, ZnodeStat, ZooKeeper
 
 log = logging.getLogger(__name__)
+
+#: Seconds between tries while kazoo replaces an expired session.
+_SESSION_RETRY_DELAY = 0.2
 
 
 def _now_ms() -> int:
@@ -219,17 +223,23 @@ class UnderreplicationManager:
         while True:
             if self._closed:
                 raise ZooKeeperClosedError("the under-replication manager is closed")
-            if wait:
-                await self.wait_replication_enabled()
-            elif not await self.is_replication_enabled():
-                return None
             changed = asyncio.Event()
             self._waiters.add(changed)
             try:
+                if wait:
+                    await self.wait_replication_enabled()
+                elif not await self.is_replication_enabled():
+                    return None
                 lid = await self._from_hierarchy(fmt.ledgers_path(self.ledgers_root), 0)
                 if lid is not None or not wait:
                     return lid
                 await changed.wait()
+            except SessionExpiredError as e:
+                if isinstance(e, ZooKeeperClosedError) or not wait:
+                    raise
+                # kazoo opens a new session by itself; every watch fired.
+                log.warning("looking for a ledger to re-replicate: %s; trying again", e)
+                await asyncio.sleep(_SESSION_RETRY_DELAY)
             finally:
                 self._waiters.discard(changed)
 

@@ -309,3 +309,28 @@ async def test_aclose_releases_locks(zk: ZooKeeper, root: str) -> None:
     await urm.release(second, delay=60)
     await urm.aclose()
     assert await zk.get_children(f"{root}/underreplication/locks") == []
+
+
+async def test_session_expiry_frees_locks_and_acquire_goes_on(
+    session: Sessions, root: str, zk_server: ZooKeeperServer
+) -> None:
+    from kazoo.client import KazooClient
+
+    zk_a, zk_b = await session(), await session()
+    a, b = await manager(zk_a, root, "a"), await manager(zk_b, root, "b")
+    await a.mark(1, ["gone:3181"])
+    assert await a.acquire() == 1
+    waiting = asyncio.create_task(a.acquire())
+    await asyncio.sleep(0.3)
+    # Expire a's session for real: another client attaches to it and closes it.
+    other = KazooClient(hosts=zk_server.connect_string, client_id=zk_a.client.client_id)
+    await asyncio.to_thread(other.start)
+    await asyncio.to_thread(other.stop)
+    await asyncio.to_thread(other.close)
+    assert await asyncio.wait_for(b.acquire(), 20) == 1  # a's lock went with its session
+    await asyncio.sleep(1.0)
+    assert not waiting.done(), "a's acquire() failed or took b's ledger"
+    await b.mark(2, ["gone:3181"])
+    assert await asyncio.wait_for(waiting, 20) == 2  # a's acquire() survived the expiry
+    await a.mark_replicated(1)  # a's lock on 1 is gone: b's is left alone
+    assert await b.lock_holder(1) == "b"
