@@ -98,8 +98,14 @@ class AutoRecovery:
                 await auditor.start()
                 self.is_auditor = True
                 self._elected.set()
-                await self._session_lost.wait()
-                log.warning("ZooKeeper session lost: %s stops auditing", self.candidate_id)
+                lost = asyncio.ensure_future(election.wait_lost())
+                session = asyncio.ensure_future(self._session_lost.wait())
+                try:
+                    await asyncio.wait({lost, session}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    lost.cancel()
+                    session.cancel()
+                log.warning("%s lost the auditor election: it stops auditing", self.candidate_id)
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -1,0 +1,120 @@
+"""AutoRecovery as a service: one auditor among candidates, takeover,
+the bookie hosting it (autoRecoveryDaemonEnabled), and the
+``dlog autorecovery`` command."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from dlog.autorecovery.election import current_auditor
+from dlog.autorecovery.service import AutoRecovery
+from dlog.conf.bookie import BookieConfig
+from dlog.zk import ZooKeeper
+
+pytestmark = pytest.mark.asyncio
+
+QUIET = {
+    "auditorPeriodicCheckInterval": 0,
+    "auditorPeriodicOrphanedLedgerCheckInterval": 0,
+}
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.1)
+
+
+def ledgers_root(uri: str) -> str:
+    return "/" + uri.split("/", 3)[3]
+
+
+async def test_one_auditor_and_takeover(make_bookie, ledgers_uri, zk: ZooKeeper) -> None:  # type: ignore[no-untyped-def]
+    for i in range(3):
+        await make_bookie(f"b{i}")
+    conf = BookieConfig.load(None, {"metadataServiceUri": ledgers_uri, **QUIET})
+    first = AutoRecovery(conf, candidate_id="ar-1")
+    second = AutoRecovery(conf, candidate_id="ar-2")
+    await first.start()
+    await first.wait_elected(15)
+    await second.start()
+    try:
+        await asyncio.sleep(1.0)
+        assert first.is_auditor and not second.is_auditor
+        assert await current_auditor(zk, ledgers_root(ledgers_uri)) == "ar-1"
+        await first.stop()
+        assert not first.is_auditor
+        await second.wait_elected(15)
+        assert second.is_auditor
+        assert await current_auditor(zk, ledgers_root(ledgers_uri)) == "ar-2"
+    finally:
+        await first.stop()
+        await second.stop()
+
+
+async def test_a_bookie_with_auto_recovery_enabled_runs_it(bookie_cluster, ledgers_uri, zk) -> None:  # type: ignore[no-untyped-def]
+    cluster = await asyncio.to_thread(bookie_cluster, 2, autoRecoveryDaemonEnabled=True, **QUIET)
+    root = ledgers_root(ledgers_uri)
+
+    async def elected() -> bool:
+        return await current_auditor(zk, root) is not None
+
+    await eventually(elected, 30)
+    first = await current_auditor(zk, root)
+    assert first is not None
+    # the auditor's bookie stops: the other bookie's AutoRecovery takes over
+    victim = next(b for b in cluster.bookies if f"{b.address}:{b.port}" == first)
+    await asyncio.to_thread(victim.stop)
+
+    async def other() -> bool:
+        now = await current_auditor(zk, root)
+        return now is not None and now != first
+
+    await eventually(other, 30)
+
+
+async def test_the_autorecovery_command_stops_on_sigterm(
+    make_bookie, ledgers_uri, zk, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    await make_bookie("b0")
+    proc = await asyncio.create_subprocess_exec(
+        *[
+            sys.executable,
+            "-m",
+            "dlog",
+            "autorecovery",
+            "--id",
+            "cli-ar",
+            "--set",
+            f"metadataServiceUri={ledgers_uri}",
+            "--set",
+            "auditorPeriodicCheckInterval=0",
+        ],
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "DLOG_LOG_LEVEL": "INFO"},
+    )
+    try:
+        root = ledgers_root(ledgers_uri)
+
+        async def elected() -> bool:
+            return await current_auditor(zk, root) == "cli-ar"
+
+        await eventually(elected, 30)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0, out.decode()
+        assert b"AutoRecovery stopped" in out
+        assert await current_auditor(zk, root) is None
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
