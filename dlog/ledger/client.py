@@ -84,6 +84,12 @@ class BookKeeper:
             "ledger_client_write_close_skipped",
             "Bookies not sent a BP-32 write close: their registration does not advertise it.",
         )
+        self.ensemble_change_unavailable = self.metrics.counter(
+            "ledger_client_ensemble_change_unavailable",
+            "Bookies of a writing ledger's ensemble that failed when no writable bookie could "
+            "replace them: the ledger's writes failed (delayEnsembleChange=false) or went on "
+            "at the ack quorum (true).",
+        )
         self.closed = False
         self._started = False
         self._background: set[asyncio.Task[object]] = set()

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from dlog.ledger.bookie_watcher import BookieWatcher
     from dlog.ledger.metadata_store import LedgerMetadataStore
     from dlog.ledger.placement import EnsemblePlacementPolicy
+    from dlog.loop_metrics import LoopCounter
 
 __all__ = ["LedgerContext"]
 
@@ -32,6 +33,8 @@ class LedgerContext(Protocol):
     placement: EnsemblePlacementPolicy
     watcher: BookieWatcher
     closed: bool
+    #: Counts bookies that failed with no writable bookie to replace them.
+    ensemble_change_unavailable: LoopCounter
 
     def send_write_close(self, ledger_id: int, master_key: bytes, ensemble: list[str]) -> None:
         """Tell the ensemble's bookies the ledger is closed (BP-32, advisory)."""

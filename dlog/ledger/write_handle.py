@@ -13,6 +13,23 @@ the failed bookie. Acknowledged entries already had their ack quorum, so
 none is lost; responses from a replaced bookie are ignored, so none is
 counted twice.
 
+A failure counts even when it arrives after the entry completed at its ack
+quorum (W > A): the entry stays on fewer bookies than its write quorum, and
+so would every later one, so the bookie is replaced all the same, as
+BookKeeper's PendingAddOp does.
+
+When no writable bookie outside the ensemble can replace a failed one, the
+client's ``delayEnsembleChange`` decides (BookKeeper's setting): false, the
+default, fails the handle with NotEnoughBookiesError naming the ledger and
+the bookie; true keeps the failed bookie in the ensemble but sends it
+nothing more, and writing goes on while every entry's write set still has
+an ack quorum of other bookies (an entry that cannot reach A bookies fails
+the handle). Such a skipped bookie is replaced as soon as a writable bookie
+outside the ensemble shows up (checked on each append), and the auditor
+restores the entries written without it. Either way the handle logs a
+warning naming the ledger and the bookie, and the client counts it in
+``ledger_client_ensemble_change_unavailable``.
+
 A bookie answering EFENCED (another client is recovering the ledger) fails
 the handle at once: that is never a reason to change the ensemble. And when
 a change fails (no bookie to replace the failed one, ZooKeeper errors), the
@@ -42,6 +59,7 @@ from dlog.errors import (
     LedgerFencedError,
     MetadataVersionError,
     NoSuchLedgerError,
+    NotEnoughBookiesError,
     UnauthorizedAccessError,
     WriteError,
 )
@@ -109,7 +127,12 @@ class WriteHandle:
         self._length_confirmed = length
         self._pending: collections.deque[PendingAdd] = collections.deque()
         self._failed: dict[int, int] = {}  # ensemble index -> generation that failed
+        # delayEnsembleChange: ensemble index -> failed bookie nothing is sent
+        # to any more, for want of a replacement
+        self._skipped: dict[int, str] = {}
+        self._delay_ensemble_change = client.conf.delay_ensemble_change
         self._changing = False
+        self._change_task: asyncio.Task[None] | None = None
         self._error: BKError | None = None
         self._closing = False
         self._closed = False
@@ -158,6 +181,12 @@ class WriteHandle:
         return self._md_version
 
     @property
+    def skipped_bookies(self) -> dict[int, str]:
+        """Failed bookies still in the ensemble that this handle writes
+        without (delayEnsembleChange, no replacement yet): index -> bookie."""
+        return dict(self._skipped)
+
+    @property
     def error(self) -> BKError | None:
         """Why appends fail, once one has (they all fail from then on)."""
         return self._error
@@ -189,7 +218,9 @@ class WriteHandle:
             entry_id, body, self._length_pushed, write_set(entry_id, self.E, self.W), fut
         )
         self._pending.append(op)
-        if not self._changing:
+        if self._skipped and not self._changing and not self._replace_skipped():
+            self._check_ack_quorum(op)
+        if not self._changing and self._error is None:
             self._send(op, op.write_set)
         return fut
 
@@ -199,7 +230,10 @@ class WriteHandle:
 
     def _send(self, op: PendingAdd, indices: Iterable[int]) -> None:
         pool = self.client.pool
+        skipped = self._skipped
         for idx in indices:
+            if skipped and idx in skipped:
+                continue
             gen = self._gen[idx]
             op.sent_gen[idx] = gen
             bookie = self.ensemble[idx]
@@ -224,20 +258,28 @@ class WriteHandle:
         try:
             conn = await self.client.pool.get(bookie)
         except Exception as e:
-            if not op.done and self._gen[idx] == gen:
+            # Even when ``op`` completed meanwhile at its ack quorum: the
+            # bookie is gone for the entries after it too.
+            if self._gen[idx] == gen:
                 self._bookie_failed(idx, gen, bookie, f"cannot connect: {e}")
             return
-        if op.done or self._gen[idx] != gen:
+        if self._error is not None or self._closed or self._gen[idx] != gen:
             return
+        # An entry that completed at its ack quorum meanwhile still goes to
+        # the rest of its write quorum.
         self._dispatch(conn, op, idx, gen, bookie)
 
     def _on_response(
         self, op: PendingAdd, idx: int, gen: int, bookie: str, fut: asyncio.Future[Response]
     ) -> None:
-        if op.done or self._gen[idx] != gen:
+        if self._gen[idx] != gen or self._error is not None or self._closed:
             if not fut.cancelled():
                 fut.exception()  # a late failure is moot, and must not be logged as unretrieved
-            return  # already complete, or the bookie was replaced meanwhile
+            return  # the bookie was replaced meanwhile, or the handle is done
+        # A failure after ``op`` completed at its ack quorum still counts
+        # (BookKeeper's PendingAddOp does the same): ignoring it would leave
+        # this entry and every later one short of their write quorum,
+        # silently.
         exc = fut.exception()
         if exc is not None:
             self._bookie_failed(idx, gen, bookie, str(exc))
@@ -245,7 +287,7 @@ class WriteHandle:
         status = fut.result().status
         if status == EOK:
             op.acked.add(idx)
-            if len(op.acked) >= self.A:
+            if not op.done and len(op.acked) >= self.A:
                 self._complete_ready()
         elif status == EFENCED:
             self._fail(
@@ -302,6 +344,21 @@ class WriteHandle:
             return
         if self._failed.get(idx) == gen:
             return  # already being replaced; one warning per failed bookie is enough
+        if idx in self._skipped:
+            return  # known: written without until a bookie can replace it
+        if self._closing and not self._pending:
+            # Every entry is confirmed and the ledger is being sealed: no
+            # entry is left to write to a new ensemble.
+            log.warning(
+                "ledger %d: bookie %s (index %d) failed while the ledger closes: %s; "
+                "its last entries may be short of their write quorum until the auditor "
+                "re-replicates them",
+                self.ledger_id,
+                bookie,
+                idx,
+                reason,
+            )
+            return
         log.warning(
             "ledger %d: bookie %s (index %d) failed: %s", self.ledger_id, bookie, idx, reason
         )
@@ -309,9 +366,73 @@ class WriteHandle:
         if "timed out" in reason or "did not answer" in reason:
             self.client.pool.drop(bookie)
         self._failed[idx] = gen
+        self._start_change()
+
+    def _start_change(self) -> None:
         if not self._changing:
             self._changing = True
-            self._tasks.spawn(self._change_ensemble())
+            self._change_task = self._tasks.spawn(self._change_ensemble())
+
+    def _replace_skipped(self) -> bool:
+        """With bookies skipped for want of a replacement: start replacing
+        them if a writable bookie outside the ensemble exists now. True if
+        it started."""
+        ensemble = self.ensemble
+        if not any(b not in ensemble for b in self.client.watcher.writable):
+            return False
+        for idx in self._skipped:
+            self._failed[idx] = self._gen[idx]
+        self._start_change()
+        return True
+
+    def _check_ack_quorum(self, op: PendingAdd) -> bool:
+        """Fail the handle if ``op`` cannot reach an ack quorum without the
+        skipped bookies (delayEnsembleChange). True if it still can."""
+        if len(op.acked) >= self.A:
+            return True
+        skipped = [i for i in op.write_set if i in self._skipped]
+        if len(op.write_set) - len(skipped) >= self.A:
+            return True
+        self._fail(
+            NotEnoughBookiesError(
+                self.A,
+                len(op.write_set) - len(skipped),
+                f"ledger {self.ledger_id}: entry {op.entry_id} cannot reach an ack quorum of "
+                f"{self.A}: bookie(s) {', '.join(self._skipped[i] for i in skipped)} of its "
+                "write set failed and no writable bookie can replace them",
+            )
+        )
+        return False
+
+    def _no_replacement(self, idx: int, bookie: str, cause: NotEnoughBookiesError) -> None:
+        """``bookie`` failed and none can replace it: warn, count, and fail
+        the handle (the default) or write on without it (delayEnsembleChange)."""
+        self.client.ensemble_change_unavailable.inc()
+        if not self._delay_ensemble_change:
+            log.warning(
+                "ledger %d: bookie %s (index %d) of its ensemble failed and no writable bookie "
+                "can replace it; failing the ledger's writes (delayEnsembleChange=false)",
+                self.ledger_id,
+                bookie,
+                idx,
+            )
+            raise NotEnoughBookiesError(
+                cause.needed,
+                cause.found,
+                f"ledger {self.ledger_id}: bookie {bookie} of its ensemble failed and no "
+                "writable bookie outside the ensemble can replace it",
+            )
+        log.warning(
+            "ledger %d: bookie %s (index %d) of its ensemble failed and no writable bookie "
+            "can replace it; writing on without it at the ack quorum (%d of write quorum %d, "
+            "delayEnsembleChange=true) until one can; the auditor restores full replication",
+            self.ledger_id,
+            bookie,
+            idx,
+            self.A,
+            self.W,
+        )
+        self._skipped[idx] = bookie
 
     async def _change_ensemble(self) -> None:
         try:
@@ -324,8 +445,24 @@ class WriteHandle:
                     break
                 new = list(self.ensemble)
                 writable = self.client.watcher.writable
+                replaced: list[int] = []
                 for idx in failed:
-                    new[idx] = self.client.placement.replace_bookie(new, idx, writable)
+                    try:
+                        new[idx] = self.client.placement.replace_bookie(new, idx, writable)
+                    except NotEnoughBookiesError as e:
+                        if idx not in self._skipped:  # else: still none, already told
+                            self._no_replacement(idx, self.ensemble[idx], e)
+                        continue
+                    replaced.append(idx)
+                if not replaced:
+                    # Skipped now: complete what the ack quorum allows, fail an
+                    # entry that cannot reach one.
+                    for op in list(self._pending):
+                        if not self._check_ack_quorum(op):
+                            break
+                    self._complete_ready()
+                    continue
+                failed = replaced
                 start = self._lac + 1
                 await self._write_ensemble(start, new)
                 old = self.ensemble
@@ -333,6 +470,7 @@ class WriteHandle:
                 self.ensemble_changes += 1
                 for idx in failed:
                     self._gen[idx] += 1
+                    self._skipped.pop(idx, None)
                 log.info(
                     "ledger %d: ensemble changed at entry %d: %s -> %s",
                     self.ledger_id,
@@ -367,6 +505,8 @@ class WriteHandle:
         # Entries appended while the metadata update was in flight.
         if self._error is None:
             for op in list(self._pending):
+                if self._skipped and not self._check_ack_quorum(op):
+                    break
                 unsent = [i for i in op.write_set if i not in op.sent_gen]
                 if unsent:
                     self._send(op, unsent)
@@ -488,6 +628,12 @@ class WriteHandle:
             self._fail(
                 LedgerClosedError(f"ledger {self.ledger_id} closed with appends still pending")
             )
+        # An ensemble change started by a failure after the last entry
+        # completed: let it write its metadata before the seal does.
+        change = self._change_task
+        if change is not None and not change.done():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(change), max(2 * self._timeout, 5))
         self._fail_leftovers()
         if isinstance(self._error, LedgerFencedError):
             self._closed = True
