@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from dlog.conf.bookie import BookieConfig
     from dlog.conf.bookkeeper import ClientConfig
     from dlog.ledger.client import BookKeeper
+    from dlog.ledger.metadata import LedgerMetadata
 
 T = TypeVar("T")
 
@@ -60,6 +61,8 @@ PasswordOption = typer.Option(
 
 #: Entries printed per batch by readledger (each batch is one range read).
 _READ_BATCH = 1000
+#: Entries recover and decommissionbookie copy at once (rereplicationEntryBatchSize's default).
+_COPY_BATCH = 10
 #: Ledgers whose metadata listledgers --meta reads at once.
 _META_CONCURRENCY = 32
 
@@ -248,7 +251,6 @@ def list_ledgers(
     set_: list[str] | None = SetOption,
 ) -> None:
     """List ledger ids (with --meta: state, quorums, last entry, length, data set)."""
-    from dlog.ledger.metadata import LedgerMetadata
 
     async def body(bk: BookKeeper) -> tuple[list[int], list[LedgerMetadata]]:
         ids = await bk.list_ledgers()
@@ -393,16 +395,186 @@ def delete_ledger(
     console.print(f"deleted ledger {ledger_id}")
 
 
+def _split_bookies(value: str | None) -> list[str]:
+    return [b.strip() for b in (value or "").split(",") if b.strip()]
+
+
+async def _ledgers_on(
+    bk: BookKeeper, bookies: set[str], only: int | None
+) -> list[tuple[int, LedgerMetadata]]:
+    """The ledgers (``only`` that one) whose ensembles name one of ``bookies``."""
+    from dlog.errors import NoSuchLedgerError
+
+    ids = [only] if only is not None else await bk.list_ledgers()
+    sem = asyncio.Semaphore(_META_CONCURRENCY)
+
+    async def one(lid: int) -> tuple[int, LedgerMetadata] | None:
+        async with sem:
+            try:
+                md = await bk.ledger_metadata(lid)
+            except NoSuchLedgerError:
+                if only is not None:
+                    raise
+                return None  # deleted meanwhile
+        return (lid, md) if md.bookies() & bookies else None
+
+    found = await asyncio.gather(*(one(lid) for lid in ids))
+    return [x for x in found if x is not None]
+
+
+async def _replicate_off(
+    bk: BookKeeper,
+    ledgers: list[tuple[int, LedgerMetadata]],
+    bookies: set[str],
+    *,
+    fence_open: bool,
+    batch_size: int,
+    what: str,
+) -> tuple[int, list[str]]:
+    """Replicate ``ledgers`` off ``bookies`` under each ledger's
+    under-replication lock, with a progress bar; (entries copied, problems)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from dlog.ledger.replicator import replicate_ledger
+    from dlog.ledger.underreplication import UnderreplicationManager
+
+    urm = UnderreplicationManager(bk.zk, bk.uri.ledgers_root, owner=f"shell-{os.getpid()}")
+    await urm.initialize()
+    copied = 0
+    problems: list[str] = []
+    try:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[entries]} entries copied"),
+            console=err_console,
+            transient=True,
+        ) as progress:
+            task = progress.add_task(what, total=len(ledgers), entries=0)
+            for lid, _ in ledgers:
+                if not await urm.acquire_ledger(lid):
+                    holder = await urm.lock_holder(lid)
+                    problems.append(
+                        f"ledger {lid}: being replicated by {holder or 'another worker'}"
+                    )
+                    progress.advance(task)
+                    continue
+                try:
+                    out = await replicate_ledger(
+                        bk, lid, bookies=bookies, batch_size=batch_size, fence_open=fence_open
+                    )
+                except BaseException:
+                    await urm.release(lid)
+                    raise
+                copied += out.entries_copied
+                if out.fully_replicated:
+                    await urm.mark_replicated(lid)
+                else:
+                    await urm.release(lid)
+                    problems += [f"{f}: {why}" for f, why in out.failed]
+                    problems += [f"{f}: ledger is open (not fenced)" for f in out.open_fragments]
+                progress.update(task, advance=1, entries=copied)
+    finally:
+        await urm.aclose()
+    return copied, problems
+
+
 @app.command("recover")
 def recover(
-    ledger_id: int = LedgerIdOption,
+    bookies_arg: str | None = typer.Argument(
+        None,
+        metavar="[BOOKIE[,BOOKIE...]]",
+        help="Bookies to replicate all data off (e.g. a dead bookie). Without: fence and close --ledger.",
+    ),
+    ledger_id: int | None = typer.Option(
+        None, "--ledger-id", "--ledgerid", "--ledger", "-l", help="Only this ledger.", min=0
+    ),
+    query: bool = typer.Option(
+        False, "--query", "-q", help="Only list the ledgers with data on those bookies."
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dryrun", "-dr", help="Show what would be replicated, change nothing."
+    ),
+    skip_open: bool = typer.Option(
+        False, "--skipOpenLedgers", "-sk", help="Leave open ledgers alone (they are not fenced)."
+    ),
     password: str = PasswordOption,
+    force: bool = ForceOption,
     service_uri: str | None = ServiceUriOption,
     conf: Path | None = ConfOption,
     set_: list[str] | None = SetOption,
 ) -> None:
-    """Recover a ledger: fence it, re-replicate its tail, close it; print where it ends."""
+    """Replicate every ledger fragment off BOOKIE(s) to other bookies (like
+    `bookkeeper shell recover`); or, with only --ledger, recover that
+    ledger: fence it, re-replicate its tail, close it, print where it ends."""
+    bookies = set(_split_bookies(bookies_arg))
+    if not bookies:
+        if ledger_id is None:
+            raise fail("give the bookie(s) to recover, or --ledger to recover one ledger", 2)
+        _recover_ledger(ledger_id, password, service_uri, conf, set_)
+        return
 
+    async def body(bk: BookKeeper) -> None:
+        ledgers = await _ledgers_on(bk, bookies, ledger_id)
+        names = ", ".join(sorted(bookies))
+        if skip_open:
+            skipped = [lid for lid, md in ledgers if not md.is_closed]
+            ledgers = [(lid, md) for lid, md in ledgers if md.is_closed]
+            if skipped:
+                _note(f"skipping {len(skipped)} open ledger(s): {', '.join(map(str, skipped))}")
+        if query or dry_run:
+            table = Table(title=f"{len(ledgers)} ledger(s) with data on {_esc(names)}")
+            table.add_column("ledger", justify="right")
+            table.add_column("state")
+            table.add_column("fragments to replicate")
+            for lid, md in ledgers:
+                frags = [
+                    f"{first}..{'open' if last is None else last} on {b}"
+                    for first, last, b in _fragment_rows(md, bookies)
+                ]
+                table.add_row(str(lid), md.state.name, _esc("; ".join(frags)))
+            console.print(table)
+            if dry_run:
+                _note("dry run: nothing replicated")
+            return
+        if not ledgers:
+            console.print(f"no ledger has data on {_esc(names)}")
+            return
+        if not force:
+            typer.confirm(f"Replicate {len(ledgers)} ledger(s) off {names}?", abort=True, err=True)
+        copied, problems = await _replicate_off(
+            bk,
+            ledgers,
+            bookies,
+            fence_open=not skip_open,
+            batch_size=_COPY_BATCH,
+            what=f"recovering {names}",
+        )
+        for p in problems:
+            _note(p)
+        if problems:
+            raise fail(f"{len(problems)} fragment(s) not replicated off {names}")
+        console.print(
+            f"replicated {len(ledgers)} ledger(s) off {_esc(names)}: {copied} entries copied"
+        )
+
+    run_client(service_uri, conf, body, set_)
+
+
+def _fragment_rows(md: LedgerMetadata, bookies: set[str]) -> list[tuple[int, int | None, str]]:
+    from dlog.ledger.fragments import fragments_on
+
+    return [(f.first_entry, f.last_entry, f.bookie) for f in fragments_on(md, bookies)]
+
+
+def _recover_ledger(
+    ledger_id: int,
+    password: str,
+    service_uri: str | None,
+    conf: Path | None,
+    set_: list[str] | None,
+) -> None:
     async def body(bk: BookKeeper) -> tuple[int, int, bool]:
         rh = await bk.open_ledger(ledger_id, password.encode(), recovery=True)
         await rh.close()
@@ -412,6 +584,68 @@ def recover(
     how = "recovered and closed" if by_me else "already closed"
     console.print(
         f"ledger {ledger_id} {how}: last entry id [bold]{last_entry}[/], length {length} bytes"
+    )
+
+
+@app.command("decommissionbookie")
+def decommission_bookie(
+    bookie: str = typer.Option(
+        ...,
+        "--bookieid",
+        "-bookieid",
+        help="The bookie to decommission (host:port); it must be stopped.",
+    ),
+    timeout: float = typer.Option(
+        600.0, "--timeout", help="Seconds to wait until no ledger references the bookie."
+    ),
+    service_uri: str | None = ServiceUriOption,
+    conf: Path | None = ConfOption,
+    set_: list[str] | None = SetOption,
+) -> None:
+    """Replicate every ledger off a stopped bookie, wait until no ledger
+    references it, then delete its cookie (like `bookkeeper shell decommissionbookie`)."""
+
+    async def body(bk: BookKeeper) -> tuple[int, int]:
+        from dlog.errors import NoNodeError
+
+        if bookie in bk.writable_bookies() | bk.readonly_bookies():
+            raise fail(f"bookie {bookie} is still running (registered): stop it first")
+        deadline = time.monotonic() + timeout
+        total = copied = 0
+        while True:
+            ledgers = await _ledgers_on(bk, {bookie}, None)
+            if not ledgers:
+                break
+            total = max(total, len(ledgers))
+            n, problems = await _replicate_off(
+                bk,
+                ledgers,
+                {bookie},
+                fence_open=True,
+                batch_size=_COPY_BATCH,
+                what=f"decommissioning {bookie}",
+            )
+            copied += n
+            if not problems:
+                continue
+            if time.monotonic() > deadline:
+                for p in problems:
+                    _note(p)
+                raise fail(
+                    f"{len(ledgers)} ledger(s) still reference {bookie} after {timeout:.0f}s"
+                )
+            await asyncio.sleep(1.0)
+        cookie = f"{bk.uri.ledgers_root.rstrip('/')}/cookies/{bookie}"
+        try:
+            await bk.zk.delete(cookie)
+        except NoNodeError:
+            _note(f"bookie {bookie} had no cookie at {cookie}")
+        return total, copied
+
+    total, copied = run_client(service_uri, conf, body, set_)
+    console.print(
+        f"decommissioned {_esc(bookie)}: {total} ledger(s) replicated, {copied} entries copied, "
+        "cookie deleted"
     )
 
 
