@@ -358,11 +358,6 @@ class LedgerMetadata:
     create_context: LedgerCreateContext | None = None
     close_context: LedgerCloseContext | None = None
     seal_time: int | None = None
-    #: The format version of the znode this metadata was read from (or
-    #: created as); None for metadata never stored. Not serialized, not
-    #: compared: it only lets a rewrite keep a format 4 ledger format 4
-    #: (:meth:`in_format`).
-    stored_format_version: int | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         _check_int("ledger_id", self.ledger_id, 0, _INT64_MAX)
@@ -491,25 +486,15 @@ class LedgerMetadata:
 
     def in_format(self, version: int) -> LedgerMetadata:
         """This metadata as a client configured with ``ledgerMetadataVersion``
-        ``version`` stores it (on create and on every rewrite).
+        ``version`` stores it.
 
         3 is BookKeeper's own format (no release reads 4), so the BP-44 fields
         (contexts, seal time) are left out: they are hints nothing in dlog
         needs to work. -1 (the default) and 4 keep them, which makes the
-        ledger format 4 when it has any.
-
-        A ledger already stored as format 4 stays format 4 whatever
-        ``version`` says, as BookKeeper keeps a ledger's format version on
-        rewrite (``LedgerMetadataBuilder.from``): a close, an ensemble change
-        or a re-replication by a client set to 3 does not strip another
-        client's contexts (and the ledger was unreadable by BookKeeper
-        anyway). A format 3 ledger rewritten under 3 stays 3 (a close
-        context it is given is dropped); under -1 or 4 it may become 4."""
+        ledger format 4 when it has any."""
         if version not in METADATA_VERSIONS:
             raise _bad(f"ledgerMetadataVersion {version} is not one of {METADATA_VERSIONS}")
         if version != FORMAT_V3 or self.format_version == FORMAT_V3:
-            return self
-        if self.stored_format_version == FORMAT_V4:
             return self
         return self.replace(create_context=None, close_context=None, seal_time=None)
 
@@ -804,7 +789,6 @@ def deserialize(data: bytes, ledger_id: int) -> LedgerMetadata:
                 else None
             ),
             seal_time=fmt.sealTime if fmt.HasField("sealTime") else None,
-            stored_format_version=version,
         )
     except IncorrectParameterError as e:
         raise MetadataSerializationError(

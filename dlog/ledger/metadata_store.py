@@ -172,8 +172,7 @@ class LedgerMetadataStore:
 
         Raises :class:`LedgerExistsError` if the ledger exists and is not the
         one this very call created before a connection loss."""
-        md = md.in_format(self.format_version)
-        md = md.replace(ctoken=random.randrange(2**63 - 1), stored_format_version=md.format_version)
+        md = md.in_format(self.format_version).replace(ctoken=random.randrange(2**63 - 1))
         path = self.ledger_path(md.ledger_id)
         data = serialize(md)
         try:
@@ -209,9 +208,7 @@ class LedgerMetadataStore:
         """Replace the metadata if the znode is still at ``expected_version``;
         returns the new version. Another writer got there first:
         :class:`MetadataVersionError` (re-read, re-apply, retry). What is
-        stored is ``md.in_format(self.format_version)``: a ledger read as
-        format 4 stays format 4 whatever the setting (see
-        :meth:`LedgerMetadata.in_format`)."""
+        stored is ``md.in_format(self.format_version)``."""
         path = self.ledger_path(md.ledger_id)
         data = serialize(md.in_format(self.format_version))
         try:

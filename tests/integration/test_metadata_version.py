@@ -90,26 +90,31 @@ async def test_setting_3_creates_format_3_without_contexts(
     assert await header(zk, s3, 1) == b"BookieMetadataFormatVersion\t4"
 
 
-async def test_a_format_4_ledger_keeps_its_contexts_when_a_client_set_to_3_rewrites_it(
+async def test_a_client_set_to_3_rewrites_a_format_4_ledger_as_format_3(
     zk: ZooKeeper, stores: dict[int, LedgerMetadataStore]
 ) -> None:
+    """The setting is what this client writes, on create and on rewrite: a
+    cluster shared with Java clients sets 3, and every ledger it touches
+    (an ensemble change, a re-replication, a recovery's close) comes out
+    readable by BookKeeper. The BP-44 hints are what that costs."""
     s4, s3 = stores[-1], stores[3]
     await s4.create(new_md(7, create_context=CTX))
+    assert await header(zk, s3, 7) == b"BookieMetadataFormatVersion\t4"
     # The client set to 3 reads it fine...
     md, version = await s3.read(7)
-    assert md.create_context == CTX and md.stored_format_version == 4
-    # ...an ensemble change (what a re-replication does) keeps the contexts...
-    version = await s3.write(md.with_ensemble(0, ("b1:3181", "b2:3181", "b4:3181")), version)
+    assert md.create_context == CTX
+    # ...and its ensemble change (what a re-replication does) writes format 3.
+    await s3.write(md.with_ensemble(0, ("b1:3181", "b2:3181", "b4:3181")), version)
     md, version = await s3.read(7)
-    assert md.create_context == CTX and md.last_ensemble[2] == "b4:3181"
-    # ...and so does a close with a close context.
+    assert md.create_context is None and md.last_ensemble[2] == "b4:3181"
+    assert await header(zk, s3, 7) == b"BookieMetadataFormatVersion\t3"
     closed = md.replace(
         state=LedgerState.CLOSED, last_entry_id=0, length=1, close_context=CLOSE, seal_time=5
     )
     await s3.write(closed, version)
     md, _ = await s3.read(7)
-    assert (md.create_context, md.close_context, md.seal_time) == (CTX, CLOSE, 5)
-    assert await header(zk, s3, 7) == b"BookieMetadataFormatVersion\t4"
+    assert (md.create_context, md.close_context, md.seal_time) == (None, None, None)
+    assert await header(zk, s3, 7) == b"BookieMetadataFormatVersion\t3"
 
 
 async def test_ctime_is_stored_when_a_create_context_is_given(make_bookie, ledgers_uri) -> None:  # type: ignore[no-untyped-def]
@@ -149,7 +154,9 @@ async def test_a_client_set_to_3_recovers_and_reads_a_format_4_ledger(
             rh = await bk3.open_ledger(wh.ledger_id, b"pw")
             assert [e.data for e in await rh.read(0, 4)] == [b"e%d" % i for i in range(5)]
             md = await bk3.ledger_metadata(wh.ledger_id)
-            assert md.is_closed and md.create_context == CTX and md.seal_time is not None
+            # Its close (a rewrite) was written as format 3: the hints are gone.
+            assert md.is_closed and md.format_version == 3
+            assert (md.create_context, md.seal_time) == (None, None)
             rh2 = await bk3.open_ledger(closed.ledger_id, b"pw")
             assert [e.data for e in await rh2.read(0, 0)] == [b"x"]
             md2 = rh2.metadata
