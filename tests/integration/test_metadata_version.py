@@ -1,8 +1,8 @@
 """``ledgerMetadataVersion`` on create and on rewrite: format 4 (BP-44
-contexts) is written only where the setting allows it, a ledger already
-format 4 keeps its contexts when a client set to 3 rewrites it (as
-BookKeeper keeps a ledger's format on rewrite), and every setting reads
-format 4."""
+contexts) is written only where the setting allows it: a client set to 3
+writes format 3 on create and on every rewrite, dropping the hints of a
+ledger another client stored as format 4, so a cluster shared with Java
+clients only ever holds what BookKeeper reads; every setting reads format 4."""
 
 from __future__ import annotations
 
