@@ -87,8 +87,9 @@ async def test_closed_ledger_is_replicated_off_a_dead_bookie(make_bookie, ledger
 
 
 async def test_listed_live_bookie_is_replicated_off(make_bookie, ledgers_uri: str) -> None:
-    """`recover BOOKIE` of a live bookie: its fragments move too."""
-    await start_bookies(make_bookie, 4)
+    """`recover BOOKIE` of a live bookie: its fragments move too, and it
+    gets a BP-32 write close for the ledger."""
+    bookies = await start_bookies(make_bookie, 4)
     async with BookKeeper(ledgers_uri) as bk:
         wh = await bk.create_ledger(3, 3, 2, password=b"")
         payloads = [b"x%d" % i for i in range(20)]
@@ -96,7 +97,14 @@ async def test_listed_live_bookie_is_replicated_off(make_bookie, ledgers_uri: st
             await wh.append(p)
         await wh.close()
         leaving = wh.metadata.last_ensemble[0]
+        await asyncio.sleep(0.2)  # the close's own write closes
+        closes_before = bookies[leaving].metrics.write_close.get(("true",))
         out = await replicate_ledger(bk, wh.ledger_id, bookies=[leaving])
+        for _ in range(100):
+            if bookies[leaving].metrics.write_close.get(("true",)) > closes_before:
+                break
+            await asyncio.sleep(0.02)
+        assert bookies[leaving].metrics.write_close.get(("true",)) > closes_before
         assert out.fully_replicated and out.entries_copied == 20
         assert leaving not in (await bk.ledger_metadata(wh.ledger_id)).bookies()
         await check_every_replica(bk, wh.ledger_id, payloads)
