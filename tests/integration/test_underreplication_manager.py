@@ -135,6 +135,13 @@ async def test_acquire_waits_on_watches_not_polling(zk: ZooKeeper, root: str) ->
     assert not waiting.done()
     await urm.mark(0x1_0000_0000, ["b:3181"])  # another subtree altogether
     assert await asyncio.wait_for(waiting, 10) == 0x1_0000_0000
+    # The watches are armed again for the next change of the same znodes.
+    for lid in (0x2_0000_0000, 0x3_0000_0000):
+        waiting = asyncio.create_task(urm.acquire())
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        await urm.mark(lid, ["b:3181"])
+        assert await asyncio.wait_for(waiting, 10) == lid
 
 
 async def test_acquire_order_is_random(zk: ZooKeeper, root: str) -> None:
