@@ -7,6 +7,12 @@ creates the znode with the missing replicas and the time (ms); a later mark
 adds the replicas not yet listed and refreshes the time, or changes nothing
 when every replica is already listed (so the time says when the set last
 grew).
+
+:class:`UnderreplicationManager` is the rest of upstream's manager: the
+LAYOUT check, the ephemeral locks replication workers take (``acquire``
+waits on ZooKeeper watches), the ``disable`` switch, and the settings kept
+in ZooKeeper (lostBookieRecoveryDelay, checkallledgersctime, and dlog's
+orphanedLedgerCheckInterval).
 """
 
 from __future__ import annotations
