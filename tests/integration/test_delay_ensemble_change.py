@@ -66,8 +66,9 @@ def warnings_about(caplog: pytest.LogCaptureFixture, wh: WriteHandle, bookie: st
 
 
 async def append_until_failure(wh: WriteHandle, deadline: float = 15.0) -> NotEnoughBookiesError:
-    """Append until an append fails (the dead bookie's failure may arrive
-    after a few entries completed at the ack quorum)."""
+    """Append one entry at a time until an append fails. The pause between
+    two lets the dead bookie's failure arrive only after the entry completed
+    at its ack quorum, with nothing else pending: that failure must count."""
     stop = time.monotonic() + deadline
     i = 0
     while time.monotonic() < stop:
@@ -76,7 +77,7 @@ async def append_until_failure(wh: WriteHandle, deadline: float = 15.0) -> NotEn
         except NotEnoughBookiesError as e:
             return e
         i += 1
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)
     raise AssertionError(f"appends still succeed {deadline}s after the bookie died: {wh!r}")
 
 
@@ -101,6 +102,14 @@ async def append_until(wh: WriteHandle, predicate, first: int, timeout: float = 
     return i
 
 
+async def lost_connection(bk: BookKeeper, bookie: str) -> None:
+    """Wait until the client saw its connection to ``bookie`` drop, as a
+    writer between two batches does: the next entry's send to it must first
+    reconnect, and fails only after the live bookies acknowledged the entry
+    (the issue's case: that late failure used to be ignored)."""
+    await wait_for(lambda: bk.pool.connected(bookie) is None)
+
+
 # -- three bookie processes, one killed -9 ------------------------------------------
 
 
@@ -118,6 +127,7 @@ def test_by_default_a_lost_bookie_fails_the_ledgers_writes(
                 await wh.append(b"before-%d" % i)
             victim = next(b for b in cluster.bookies if b.bookie_id == wh.ensemble[1])
             victim.kill()
+            await lost_connection(bk, victim.bookie_id)
             error = await append_until_failure(wh)
             assert f"ledger {wh.ledger_id}" in str(error) and victim.bookie_id in str(error)
             # Every later append fails the same way, at once.
@@ -149,6 +159,7 @@ def test_delay_ensemble_change_writes_on_at_the_ack_quorum(
                 await wh.append(b"e%d" % i)
             victim = next(b for b in cluster.bookies if b.bookie_id == wh.ensemble[2])
             victim.kill()
+            await lost_connection(bk, victim.bookie_id)
             for i in range(20, 220):
                 assert await wh.append(b"e%d" % i) == i
             ids = await asyncio.gather(*(wh.append_nowait(b"e%d" % i) for i in range(220, 520)))
