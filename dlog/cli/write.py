@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import os
 import sys
 import threading
 import time
@@ -54,6 +55,19 @@ WRITE_WINDOW = 20_000
 STDIN_CHUNKS_AHEAD = 64
 
 
+def _unbuffered_reader(stream: Any) -> Callable[[int], bytes]:
+    """``os.read`` on the stream's file descriptor where it has one: a
+    daemon thread blocked in a BufferedReader holds its lock, and Python
+    aborts at exit ("could not acquire lock for <stdin> at interpreter
+    shutdown") when the write failed while stdin was still open. Nothing
+    was read through the buffer before, so bypassing it loses no input."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return getattr(stream, "read1", None) or stream.read
+    return lambda n: os.read(fd, n)
+
+
 class _StdinChunks:
     """stdin read by a daemon thread (so Ctrl-C never waits on a blocked
     read), a bounded number of chunks ahead of the consumer."""
@@ -62,7 +76,7 @@ class _StdinChunks:
         self._queue: asyncio.Queue[bytes | BaseException] = asyncio.Queue()
         self._room = threading.Semaphore(STDIN_CHUNKS_AHEAD)
         self._loop = loop
-        read = getattr(stream, "read1", None) or stream.read
+        read = _unbuffered_reader(stream)
         threading.Thread(target=self._run, args=(read,), daemon=True, name="stdin").start()
 
     def _run(self, read: Callable[[int], bytes]) -> None:
