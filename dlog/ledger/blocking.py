@@ -79,6 +79,10 @@ class SyncWriteHandle(_SyncHandle[WriteHandle]):
     def error(self) -> BKError | None:
         return self.handle.error
 
+    @property
+    def skipped_bookies(self) -> dict[int, str]:
+        return self.handle.skipped_bookies
+
     append = blocking(WriteHandle.append)
     append_nowait = nowait(WriteHandle.append_nowait)
 
