@@ -61,7 +61,8 @@ class ClientConfig(Config):
         -1,
         "Ledger metadata format to write. 3 is BookKeeper's format, readable by every "
         "release since 4.9, without the BP-44 create/close contexts and seal time (hints "
-        "dlog works without; the shell then shows no data set). -1 (the default, as in "
+        "dlog works without; the shell then shows no data set), on every write: rewriting "
+        "a format 4 ledger (a close, an ensemble change, a re-replication) drops them too. -1 (the default, as in "
         "BookKeeper) and 4 keep them, which makes such ledgers format 4, which no "
         "BookKeeper release reads. dlog does not write the text formats 1 and 2.",
         choices=(-1, 3, 4),
