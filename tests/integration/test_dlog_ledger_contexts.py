@@ -3,6 +3,7 @@ segments), and a segment whose delete fails is found by the orphan audit."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -86,3 +87,46 @@ async def test_a_subscription_segment_that_fails_to_delete_is_listed(open_ns, mo
     assert first in [o.ledger_id for o in listed]
     # the current segment is not an orphan
     assert store._subs["s"].znode.segment_id not in [o.ledger_id for o in listed]
+
+
+async def test_a_stream_segment_past_retention_that_fails_to_delete_is_listed(  # type: ignore[no-untyped-def]
+    open_ns, monkeypatch
+) -> None:
+    """Retention removes the segment from the stream, then its ledger's
+    delete fails: the ledger is leaked, and the orphan audit lists it once
+    its expectDeleteAfter (close time + retention) and the grace are past."""
+    ns = await open_ns(
+        logSegmentRetentionHours=0, maxLogSegmentBytes=2048, writerOutputBufferSize=1024
+    )
+
+    async def refuse(ledger_id: int) -> None:
+        raise ZooKeeperError("ZooKeeper went away")
+
+    monkeypatch.setattr(ns.bk, "delete_ledger", refuse)
+    lm = await ns.open_log("ret")
+    writer = await lm.open_writer()
+    await writer.write_bulk([LogRecord(i, b"%04d" % i * 64) for i in range(200)])
+    await writer.close()
+    segment_ledgers = {
+        m.ledger_id
+        for m in [await ns.bk.ledger_metadata(i) for i in await ns.bk.list_ledgers()]
+        if m.create_context and (m.create_context.part_of_data_set or "").endswith("ret")
+    }
+    assert len(segment_ledgers) > 2, segment_ledgers
+    # The writer purges as it rolls; each purge fails at its first ledger.
+    with contextlib.suppress(ZooKeeperError):
+        while await lm.purge_expired():
+            pass
+    live = {s.ledger_id for s, _ in await lm.context.metadata.get_segments(lm.context.name)}
+    leaked = segment_ledgers - live
+    assert leaked, "retention removed no segment: the test proves nothing"
+    closes = [(await ns.bk.ledger_metadata(i)).close_context for i in segment_ledgers]
+    assert all(c is not None and c.expect_delete_after_ms is not None for c in closes), closes
+    latest = max(c.expect_delete_after_ms for c in closes)  # type: ignore[union-attr,type-var]
+    found = await audit_orphans(ns.bk, grace_ms=1_000, now_ms=latest + 1_001)
+    overdue = {o.ledger_id for o in found if o.reason is OrphanReason.DELETE_OVERDUE}
+    assert leaked <= overdue
+    listed = {o.ledger_id for o in await list_orphaned(ns.bk.zk, ns.bk.metadata_store.ledgers_root)}
+    assert leaked <= listed
+    # Within the grace period nothing is listed yet.
+    assert not await audit_orphans(ns.bk, grace_ms=3_600_000, now_ms=latest + 1_001)
