@@ -16,7 +16,8 @@
   adds to any more. The open tail is never judged: entries there may still
   be on their way, and recovery settles it.
 
-The pure fragment arithmetic is at the top, for the tests; the checks take
+Which entries a bookie should hold comes from :mod:`dlog.ledger.fragments`
+(the replicator's arithmetic too), cut where placement is final; the checks take
 a :class:`~dlog.ledger.client.BookKeeper` and only read (marking is the
 auditor's job).
 """
@@ -24,13 +25,13 @@ auditor's job).
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
-from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dlog.errors import NoSuchLedgerError
+from dlog.ledger.fragments import Fragment, stored_entries
 from dlog.ledger.metadata import LedgerMetadata
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "Fragment",
+    "EnsembleRange",
     "bookie_ledger_index",
     "check_ledger_entries",
     "checked_last_entry",
@@ -63,7 +64,7 @@ DEFAULT_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
-class Fragment:
+class EnsembleRange:
     """Entries ``first..last`` (inclusive; empty when ``last < first``) on ``ensemble``."""
 
     first: int
@@ -84,89 +85,51 @@ def checked_last_entry(md: LedgerMetadata) -> int:
     return md.last_ensemble_start - 1
 
 
-def fragments(md: LedgerMetadata, upto: int | None = None) -> list[Fragment]:
-    """The ledger's fragments, cut at ``upto`` (default :func:`checked_last_entry`)."""
+def fragments(md: LedgerMetadata, upto: int | None = None) -> list[EnsembleRange]:
+    """The ledger's ensembles as entry ranges, cut at ``upto`` (default
+    :func:`checked_last_entry`)."""
     if upto is None:
         upto = checked_last_entry(md)
-    out: list[Fragment] = []
+    out: list[EnsembleRange] = []
     ensembles = md.ensembles
     for i, (first, ensemble) in enumerate(ensembles):
         end = ensembles[i + 1][0] - 1 if i + 1 < len(ensembles) else upto
-        out.append(Fragment(first, min(end, upto), tuple(ensemble)))
+        out.append(EnsembleRange(first, min(end, upto), tuple(ensemble)))
     return out
 
 
-def _residues(fragment: Fragment, bookie: str, write_quorum: int) -> frozenset[int]:
-    """Entry ids ``e`` mod E stored on ``bookie`` in ``fragment``: index j
-    holds e when ``(j - e) mod E < W``."""
-    e = len(fragment.ensemble)
-    return frozenset(
-        (j - i) % e
-        for j, b in enumerate(fragment.ensemble)
-        if b == bookie
-        for i in range(write_quorum)
-    )
-
-
 def expected_entries(md: LedgerMetadata, bookie: str, upto: int | None = None) -> Iterator[int]:
-    """Every entry ``bookie`` should hold, ascending (for tests and small ledgers)."""
-    for f in fragments(md, upto):
-        residues = _residues(f, bookie, md.write_quorum_size)
-        if not residues:
+    """Every entry ``bookie`` should hold up to ``upto``, ascending (each
+    range's share by :func:`dlog.ledger.fragments.stored_entries`)."""
+    for r in fragments(md, upto):
+        if r.empty or bookie not in r.ensemble:
             continue
-        e = len(f.ensemble)
-        for entry in range(f.first, f.last + 1):
-            if entry % e in residues:
-                yield entry
-
-
-def _count_congruent(first: int, last: int, residue: int, modulus: int) -> int:
-    """How many x in [first, last] have x mod modulus == residue."""
-    if last < first:
-        return 0
-    return (last - residue) // modulus - (first - 1 - residue) // modulus
+        share = Fragment(md.ledger_id, r.first, r.ensemble.index(bookie), bookie, r.last)
+        yield from stored_entries(md, share)
 
 
 def count_expected(md: LedgerMetadata, bookie: str, upto: int | None = None) -> int:
-    """How many entries ``bookie`` should hold, without listing them."""
-    total = 0
-    for f in fragments(md, upto):
-        e = len(f.ensemble)
-        for r in _residues(f, bookie, md.write_quorum_size):
-            total += _count_congruent(f.first, f.last, r, e)
-    return total
+    """How many entries ``bookie`` should hold."""
+    return sum(1 for _ in expected_entries(md, bookie, upto))
 
 
 def missing_count(
-    md: LedgerMetadata, bookie: str, held: Sequence[int], upto: int | None = None
+    md: LedgerMetadata, bookie: str, held: Iterable[int], upto: int | None = None
 ) -> int:
-    """How many entries ``bookie`` should hold but are not in ``held``
-    (ascending ids, as the bookie lists them). Entries it holds beyond
-    what it should are ignored."""
-    missing = 0
-    for f in fragments(md, upto):
-        if f.empty:
-            continue
-        residues = _residues(f, bookie, md.write_quorum_size)
-        if not residues:
-            continue
-        e = len(f.ensemble)
-        want = sum(_count_congruent(f.first, f.last, r, e) for r in residues)
-        lo = bisect.bisect_left(held, f.first)
-        hi = bisect.bisect_right(held, f.last)
-        have = len({x for x in held[lo:hi] if x % e in residues})
-        missing += want - have
-    return missing
+    """How many entries ``bookie`` should hold but are not in ``held`` (as
+    the bookie lists them). Entries it holds beyond what it should are
+    ignored."""
+    have = set(held)
+    return sum(1 for e in expected_entries(md, bookie, upto) if e not in have)
 
 
 def bookies_to_check(md: LedgerMetadata, upto: int | None = None) -> list[str]:
     """Bookies that should hold at least one entry up to ``upto``."""
     seen: dict[str, None] = {}
-    for f in fragments(md, upto):
-        # a fragment of n < E entries leaves some of its bookies empty-handed
-        for j in range(min(f.last - f.first + 1, len(f.ensemble)) + md.write_quorum_size - 1):
-            if f.last >= f.first:
-                seen.setdefault(f.ensemble[(f.first + j) % len(f.ensemble)])
+    for r in fragments(md, upto):
+        for bookie in r.ensemble:
+            if bookie not in seen and next(expected_entries(md, bookie, upto), None) is not None:
+                seen[bookie] = None
     return list(seen)
 
 
