@@ -111,14 +111,6 @@ class Auditor:
         self.urm = urm
         self.conf = conf
         self.metrics = metrics if metrics is not None else AuditorMetrics()
-        m = self.metrics
-        self.ledgers_marked = m.ledgers_marked
-        self.lost_bookies = m.lost_bookies
-        self.audits_delayed = m.audits_delayed
-        self.audits_cancelled = m.audits_cancelled
-        self.checks_skipped = m.checks_skipped
-        self.check_failures = m.check_failures
-        self.check_duration = m.check_duration
 
         self.lost_bookie_recovery_delay = 0
         self._delay_before_change = 0
@@ -231,7 +223,7 @@ class Auditor:
         lost = self._known - available
         for b in sorted(lost):
             log.info("bookie %s is gone (neither writable nor read-only)", b)
-            self.lost_bookies.inc()
+            self.metrics.lost_bookies.inc()
         self._to_audit |= lost
         if not self._to_audit:
             return
@@ -253,7 +245,7 @@ class Auditor:
         log.info(
             "lost bookies %s: audit in %ss (lostBookieRecoveryDelay)", sorted(self._to_audit), delay
         )
-        self.audits_delayed.inc()
+        self.metrics.audits_delayed.inc()
         self._audit_task = asyncio.get_running_loop().create_task(self._delayed_audit(delay))
 
     async def _delayed_audit(self, delay: float) -> None:
@@ -269,7 +261,7 @@ class Auditor:
         task, self._audit_task = self._audit_task, None
         if task is not None and not task.done():
             task.cancel()
-            self.audits_cancelled.inc()
+            self.metrics.audits_cancelled.inc()
 
     async def _audit_now(self) -> None:
         try:
@@ -385,7 +377,7 @@ class Auditor:
 
         await asyncio.gather(*(one(lid, bs) for lid, bs in sorted(found.items())))
         if found:
-            self.ledgers_marked.inc(len(found), labels=(check,))
+            self.metrics.ledgers_marked.inc(len(found), labels=(check,))
         return len(found)
 
     async def _timed(self, name: str, fn: Callable[[], Awaitable[int]]) -> int:
@@ -396,10 +388,10 @@ class Auditor:
         except asyncio.CancelledError:
             raise
         except Exception:
-            self.check_failures.inc(labels=(name,))
+            self.metrics.check_failures.inc(labels=(name,))
             raise
         elapsed = time.monotonic() - t0
-        self.check_duration[name].observe(elapsed)
+        self.metrics.check_duration[name].observe(elapsed)
         log.info("%s check done in %.3fs: %d ledgers marked", name, elapsed, result)
         return result
 
@@ -411,7 +403,7 @@ class Auditor:
         while True:
             if self.audit_pending:
                 log.info("a lost-bookie audit is pending: periodic bookie check skipped")
-                self.checks_skipped.inc()
+                self.metrics.checks_skipped.inc()
             else:
                 try:
                     await self.check_bookies()
@@ -445,7 +437,7 @@ class Auditor:
         while True:
             if self.audit_pending:
                 log.info("a lost-bookie audit is pending: periodic entries check skipped")
-                self.checks_skipped.inc()
+                self.metrics.checks_skipped.inc()
             else:
                 try:
                     await self.check_all_ledgers()
