@@ -63,8 +63,6 @@ PasswordOption = typer.Option(
 _READ_BATCH = 1000
 #: Entries recover and decommissionbookie copy at once (rereplicationEntryBatchSize's default).
 _COPY_BATCH = 10
-#: Ledgers whose metadata listledgers --meta reads at once.
-_META_CONCURRENCY = 32
 
 
 # ---------------------------------------------------------------------------
@@ -256,19 +254,7 @@ def list_ledgers(
         ids = await bk.list_ledgers()
         if not meta:
             return ids, []
-        from dlog.errors import NoSuchLedgerError
-
-        sem = asyncio.Semaphore(_META_CONCURRENCY)
-
-        async def one(lid: int) -> LedgerMetadata | None:
-            async with sem:
-                try:
-                    return await bk.ledger_metadata(lid)
-                except NoSuchLedgerError:
-                    return None  # deleted since it was listed
-
-        found = await asyncio.gather(*(one(lid) for lid in ids))
-        return ids, [md for md in found if md is not None]
+        return ids, await bk.metadata_store.read_existing(ids)
 
     ids, mds = run_client(service_uri, conf, body, set_)
     if not meta:
@@ -403,23 +389,11 @@ async def _ledgers_on(
     bk: BookKeeper, bookies: set[str], only: int | None
 ) -> list[tuple[int, LedgerMetadata]]:
     """The ledgers (``only`` that one) whose ensembles name one of ``bookies``."""
-    from dlog.errors import NoSuchLedgerError
-
-    ids = [only] if only is not None else await bk.list_ledgers()
-    sem = asyncio.Semaphore(_META_CONCURRENCY)
-
-    async def one(lid: int) -> tuple[int, LedgerMetadata] | None:
-        async with sem:
-            try:
-                md = await bk.ledger_metadata(lid)
-            except NoSuchLedgerError:
-                if only is not None:
-                    raise
-                return None  # deleted meanwhile
-        return (lid, md) if md.bookies() & bookies else None
-
-    found = await asyncio.gather(*(one(lid) for lid in ids))
-    return [x for x in found if x is not None]
+    if only is not None:
+        mds = [await bk.ledger_metadata(only)]  # NoSuchLedgerError names it
+    else:
+        mds = await bk.metadata_store.read_existing(await bk.list_ledgers())
+    return [(md.ledger_id, md) for md in mds if md.bookies() & bookies]
 
 
 async def _replicate_off(

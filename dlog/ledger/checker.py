@@ -161,8 +161,6 @@ async def _bounded(
 async def bookie_ledger_index(
     bk: BookKeeper,
     ledger_ids: Collection[int] | None = None,
-    *,
-    concurrency: int = DEFAULT_CONCURRENCY,
 ) -> dict[str, set[int]]:
     """Bookie id -> the ledgers with a fragment on it, from every ledger's
     metadata (upstream's BookieLedgerIndexer: every bookie of every
@@ -170,16 +168,9 @@ async def bookie_ledger_index(
     if ledger_ids is None:
         ledger_ids = await bk.list_ledgers()
     index: dict[str, set[int]] = {}
-
-    async def one(ledger_id: int) -> None:
-        try:
-            md, _ = await bk.metadata_store.read(ledger_id)
-        except NoSuchLedgerError:
-            return
+    for md in await bk.metadata_store.read_existing(ledger_ids):
         for bookie in md.bookies():
-            index.setdefault(bookie, set()).add(ledger_id)
-
-    await _bounded(ledger_ids, one, concurrency)
+            index.setdefault(bookie, set()).add(md.ledger_id)
     return index
 
 
@@ -187,11 +178,10 @@ async def find_ledgers_on_lost_bookies(
     bk: BookKeeper,
     *,
     available: Collection[str] | None = None,
-    concurrency: int = DEFAULT_CONCURRENCY,
 ) -> dict[int, set[str]]:
     """Ledger -> its bookies that are not registered (writable or
     read-only), for every ledger that has any."""
-    index = await bookie_ledger_index(bk, concurrency=concurrency)
+    index = await bookie_ledger_index(bk)
     if available is None:
         available = registered_bookies(bk)
     lost: dict[int, set[str]] = {}

@@ -18,7 +18,7 @@ import asyncio
 import inspect
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from dlog.errors import (
@@ -259,6 +259,24 @@ class LedgerMetadataStore:
     async def exists(self, ledger_id: int) -> bool:
         path = self.ledger_path(ledger_id)
         return await self.zk.exists(path) is not None
+
+    async def read_existing(self, ledger_ids: Iterable[int]) -> list[LedgerMetadata]:
+        """The metadata of each of ``ledger_ids`` that still exists, in their
+        order, at most :data:`_LIST_CONCURRENCY` reads at a time: what every
+        full scan (the auditor's checks, the shell) reads after
+        :meth:`list_ledgers`, where a ledger deleted since is not an error."""
+        sem = asyncio.Semaphore(_LIST_CONCURRENCY)
+
+        async def one(ledger_id: int) -> LedgerMetadata | None:
+            async with sem:
+                try:
+                    md, _ = await self.read(ledger_id)
+                except NoSuchLedgerError:
+                    return None
+                return md
+
+        found = await asyncio.gather(*(one(i) for i in ledger_ids))
+        return [md for md in found if md is not None]
 
     # -- listing -------------------------------------------------------------------
     async def list_ledgers(self) -> list[int]:

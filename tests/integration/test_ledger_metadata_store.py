@@ -222,6 +222,18 @@ async def test_delete_prunes_empty_buckets_only(
         await store.read(2**40)
 
 
+async def test_read_existing_skips_ledgers_deleted_since_the_listing(
+    store: LedgerMetadataStore,
+) -> None:
+    ids = [5, 3, 9, 2**40]
+    for i in ids:
+        await store.create(new_md(i))
+    await store.delete(9)
+    mds = await store.read_existing(ids)
+    assert [md.ledger_id for md in mds] == [5, 3, 2**40]  # the order asked, 9 left out
+    assert mds[0] == (await store.read(5))[0]
+
+
 async def test_list_ledgers_walks_both_layouts_and_skips_reserved(
     zk: ZooKeeper, root: str, store: LedgerMetadataStore
 ) -> None:
