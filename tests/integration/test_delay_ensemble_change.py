@@ -162,6 +162,10 @@ def test_delay_ensemble_change_writes_on_at_the_ack_quorum(
             await lost_connection(bk, victim.bookie_id)
             for i in range(20, 220):
                 assert await wh.append(b"e%d" % i) == i
+            # The failed send to the victim surfaces after its reconnect
+            # attempts; the appends above may all have completed at the ack
+            # quorum before it does.
+            await wait_for(lambda: wh.skipped_bookies == {2: victim.bookie_id})
             ids = await asyncio.gather(*(wh.append_nowait(b"e%d" % i) for i in range(220, 520)))
             assert ids == list(range(220, 520))
             assert wh.skipped_bookies == {2: victim.bookie_id}
