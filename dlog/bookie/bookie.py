@@ -578,6 +578,11 @@ class Bookie:
     # ------------------------------------------------------------------
     # health: read-only, pressure
     # ------------------------------------------------------------------
+    @property
+    def read_only_reasons(self) -> frozenset[str]:
+        """Why the bookie is read-only (empty while writable)."""
+        return frozenset(self._read_only_reasons)
+
     def set_read_only(self, reason: str, on: bool) -> None:
         if on:
             self._read_only_reasons.add(reason)

@@ -12,6 +12,10 @@ registers it. The order is what clients rely on:
 
 With ``httpServerEnabled`` the HTTP admin API
 (:mod:`dlog.bookie.http_admin`) starts with the server and stops with it.
+With ``grpcServerEnabled`` the gRPC control plane (:mod:`dlog.control`)
+starts first and stops last: its health service says NOT_SERVING until the
+bookie is registered, while it is read-only, and from the first step of a
+stop on, so probes see the bookie go before its port does.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlog.bookie.bookie import Bookie
 from dlog.bookie.http_admin import AdminHttpServer
@@ -28,6 +32,9 @@ from dlog.bookie.registration import BookieRegistration
 from dlog.bookie.server import BookieServer
 from dlog.conf.bookie import BookieConfig
 from dlog.protocol import bookie_service_info as bsi
+
+if TYPE_CHECKING:
+    from dlog.control import ControlServer
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +50,7 @@ class BookieService:
         self.server: BookieServer | None = None
         self.registration: BookieRegistration | None = None
         self.admin: AdminHttpServer | None = None
+        self.control: ControlServer | None = None
 
     @property
     def bookie_id(self) -> str:
@@ -62,6 +70,12 @@ class BookieService:
     async def start(self) -> None:
         core = self.core
         await core.start()
+        if self.conf.grpc_server_enabled:
+            try:
+                await self._start_control()
+            except BaseException:
+                await core.stop()
+                raise
         self.server = BookieServer(core)
         await self.server.start()
         if self.conf.http_server_enabled:
@@ -78,6 +92,7 @@ class BookieService:
             data=bsi.encode(self.service_info()),
         )
         await self.registration.register(core.read_only)
+        await self._report_health(core.read_only)
         log.info(
             "bookie %s serving on port %d (%s)",
             core.bookie_id,
@@ -96,10 +111,45 @@ class BookieService:
             self.conf.resolved_address(),
             bsi.BOOKIE_RPC_PROTOCOL,
         )
-        return bsi.BookieServiceInfo((endpoint,), {bsi.WRITE_CLOSE_PROPERTY: "true"})
+        endpoints = [endpoint]
+        if self.control is not None:
+            endpoints.append(
+                bsi.Endpoint(
+                    bsi.CONTROL_ENDPOINT_ID,
+                    self.control.port,
+                    self.conf.resolved_address(),
+                    bsi.GRPC_PROTOCOL,
+                )
+            )
+        return bsi.BookieServiceInfo(tuple(endpoints), {bsi.WRITE_CLOSE_PROPERTY: "true"})
+
+    async def _start_control(self) -> None:
+        from dlog.bookie.admin import BookieAdmin
+        from dlog.control import BOOKIE, ControlServer
+
+        admin = BookieAdmin(self.core, lambda: self.server.port if self.server else 0)
+        control = ControlServer(
+            self.conf.grpc_server_address,
+            self.conf.grpc_server_port,
+            providers=admin.providers(),
+            services=[BOOKIE],
+        )
+        await control.start()
+        self.control = control
+
+    async def _report_health(self, read_only: bool) -> None:
+        """SERVING while writable: a read-only bookie takes no new writes."""
+        if self.control is None:
+            return
+        from dlog.control import BOOKIE, OVERALL
+
+        for name in (OVERALL, BOOKIE):
+            await self.control.set_serving(name, not read_only)
 
     async def stop(self) -> None:
         """Graceful shutdown: unregister, stop serving, checkpoint, close."""
+        if self.control is not None:
+            await self.control.shutting_down()
         if self.registration is not None:
             with contextlib.suppress(Exception):
                 await self.registration.unregister()
@@ -108,11 +158,18 @@ class BookieService:
         if self.admin is not None:
             await self.admin.stop()
         await self.core.stop()
+        if self.control is not None:
+            await self.control.stop(grace=0.5)
 
     def _read_only_changed(self, read_only: bool) -> Coroutine[Any, Any, None] | None:
-        """Move the registration under ``available/readonly`` and back; not
-        before the bookie is first registered (it registers as it is then)."""
+        """Move the registration under ``available/readonly`` and back, and
+        the health status with it; not before the bookie is first registered
+        (it registers, and reports, as it is then)."""
         registration = self.registration
         if registration is None or not registration.registered:
             return None
-        return registration.set_read_only(read_only)
+        return self._announce_read_only(registration, read_only)
+
+    async def _announce_read_only(self, registration: BookieRegistration, read_only: bool) -> None:
+        await self._report_health(read_only)
+        await registration.set_read_only(read_only)

@@ -124,6 +124,26 @@ class BookieConfig(Config):
         min=0,
         max=65535,
     )
+    grpc_server_enabled: bool = setting(
+        "grpcServerEnabled",
+        False,
+        "Serve the gRPC control plane: the standard grpc.health.v1.Health service (NOT_SERVING "
+        "while the bookie is read-only or shutting down) and dlog's admin API (`dlog admin`); "
+        "`dlog autorecovery` serves it too (dlog extension). Needs the `server` extra.",
+    )
+    grpc_server_address: str = setting(
+        "grpcServerAddress",
+        "0.0.0.0",
+        "Address the gRPC control plane listens on (dlog extension).",
+    )
+    grpc_server_port: int = setting(
+        "grpcServerPort",
+        4181,
+        "Port of the gRPC control plane (0 = any free port; a bookie publishes the port it "
+        "bound in its registration, endpoint `grpc-control`) (dlog extension).",
+        min=0,
+        max=65535,
+    )
     num_read_worker_threads: int = setting(
         "numReadWorkerThreads", 8, "Threads that read entries from disk.", min=1, max=256
     )

@@ -27,6 +27,8 @@ from dlog.protocol.data_formats_pb2 import BookieServiceInfoFormat
 __all__ = [
     "BOOKIE_ENDPOINT_ID",
     "BOOKIE_RPC_PROTOCOL",
+    "CONTROL_ENDPOINT_ID",
+    "GRPC_PROTOCOL",
     "WRITE_CLOSE_PROPERTY",
     "BookieServiceInfo",
     "Endpoint",
@@ -40,6 +42,10 @@ __all__ = [
 #: (BookieService.publishInfo, BookieServiceInfoUtils).
 BOOKIE_ENDPOINT_ID = "bookie"
 BOOKIE_RPC_PROTOCOL = "bookie-rpc"
+#: dlog extension: the gRPC control plane (health and admin) when
+#: grpcServerEnabled, on the port it bound.
+CONTROL_ENDPOINT_ID = "grpc-control"
+GRPC_PROTOCOL = "grpc"
 #: dlog extension: "true" when the bookie handles BP-32 WRITE_CLOSE. The
 #: "dlog." prefix keeps it clear of any key BookKeeper may define.
 WRITE_CLOSE_PROPERTY = "dlog.writeClose"

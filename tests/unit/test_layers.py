@@ -55,6 +55,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "(BookKeeper's meta package: the bookie's garbage collector reads it too)",
         ("dlog.ledger.metadata_store", "dlog.ledger.underreplication"),
     ),
+    (
+        "the gRPC control plane: hosts pass their providers down",
+        ("dlog.control",),
+    ),
     ("the ZooKeeper session: the one module that imports kazoo", ("dlog.zk",)),
     (
         "runtime helpers",
