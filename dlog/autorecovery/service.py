@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
@@ -22,6 +23,10 @@ from dlog.autorecovery.auditor import Auditor, AuditorMetrics
 from dlog.conf.bookie import BookieConfig
 from dlog.conf.bookkeeper import ClientConfig
 from dlog.loop_metrics import LoopMetrics
+from dlog.protocol import admin_pb2 as pb
+
+if TYPE_CHECKING:
+    from dlog.control import AdminProviders
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +124,39 @@ class AutoRecovery:
                     await auditor.stop()
                 with contextlib.suppress(Exception):
                     await election.resign()
+
+    # -- the gRPC admin API (dlog.control) ---------------------------------
+    def admin_providers(self, into: AdminProviders | None = None) -> AdminProviders:
+        """Its admin RPCs (auditor status, under-replicated ledgers), set on
+        ``into`` when given: a bookie hosting AutoRecovery adds them to its own."""
+        from dlog.control import AdminProviders  # grpcio: the `server` extra
+
+        providers = into or AdminProviders()
+        providers.auditor_status = self.auditor_status
+        providers.underreplicated = self.underreplicated
+        return providers
+
+    async def auditor_status(self) -> pb.AuditorStatus:
+        from dlog.autorecovery.election import current_auditor
+
+        root = self.bk.uri.ledgers_root
+        return pb.AuditorStatus(
+            auditor=await current_auditor(self.bk.zk, root) or "",
+            candidate_id=self.candidate_id,
+            is_auditor=self.is_auditor,
+            replication_enabled=await self.urm.is_replication_enabled(),
+            lost_bookie_recovery_delay_seconds=await self.urm.get_lost_bookie_recovery_delay(),
+        )
+
+    async def underreplicated(self) -> pb.ListUnderreplicatedResponse:
+        return pb.ListUnderreplicatedResponse(
+            ledgers=[
+                pb.UnderreplicatedLedger(
+                    ledger_id=lid, missing_replicas=list(info.replicas), ctime=info.ctime
+                )
+                for lid, info in await self.urm.list()
+            ]
+        )
 
     async def stop(self) -> None:
         if self._stopped or not self._started:

@@ -75,6 +75,11 @@ async def serve(conf: BookieConfig) -> int:
         except BaseException:
             await service.stop()
             raise
+        if service.control is not None:
+            from dlog.control import AUTORECOVERY
+
+            recovery.admin_providers(into=service.control.providers)
+            await service.control.set_serving(AUTORECOVERY, True)
     tune_runtime()
 
     async def gauges() -> None:

@@ -23,6 +23,8 @@ EXTRAS = {
     "rocksdict": "bookie",
     "pyspark": "spark",
     "pyarrow": "spark",
+    "grpc": "server",
+    "grpc_health": "server",
 }
 
 
@@ -30,6 +32,7 @@ EXTRAS = {
 def build_app() -> typer.Typer:
     import typer
 
+    from dlog.cli import admin as _admin
     from dlog.cli import autorecovery as _autorecovery
     from dlog.cli import bookie as _bookie
     from dlog.cli import conf as _conf
@@ -52,6 +55,7 @@ def build_app() -> typer.Typer:
     )
     app.command("bookie")(_bookie.bookie)
     app.command("autorecovery")(_autorecovery.autorecovery)
+    app.add_typer(_admin.app, name="admin")
     app.add_typer(_shell.app, name="shell")
     app.add_typer(_conf.app, name="conf")
     app.add_typer(_sandbox.app, name="sandbox")

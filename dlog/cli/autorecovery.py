@@ -17,6 +17,8 @@ log = logging.getLogger(__name__)
 
 
 async def serve(conf: BookieConfig, candidate_id: str | None = None) -> int:
+    """Run until a signal; with grpcServerEnabled, health and admin beside it
+    (SERVING once AutoRecovery has started, NOT_SERVING from the signal on)."""
     from dlog.autorecovery.service import AutoRecovery
 
     loop = asyncio.get_running_loop()
@@ -39,12 +41,28 @@ async def serve(conf: BookieConfig, candidate_id: str | None = None) -> int:
             conf.prometheus_stats_http_port,
         )
     service = AutoRecovery(conf, candidate_id=candidate_id, registry=registry)
-    await service.start()
+    control = None
+    if conf.grpc_server_enabled:
+        from dlog.control import AUTORECOVERY, OVERALL, ControlServer
+
+        control = ControlServer(
+            conf.grpc_server_address, conf.grpc_server_port, services=[AUTORECOVERY]
+        )
+        await control.start()
     try:
+        await service.start()
+        if control is not None:
+            service.admin_providers(into=control.providers)
+            for name in (OVERALL, AUTORECOVERY):
+                await control.set_serving(name, True)
         await stop.wait()
         log.info("shutting down (signal)")
     finally:
+        if control is not None:
+            await control.shutting_down()
         await service.stop()
+        if control is not None:
+            await control.stop(grace=0.5)
     return 0
 
 
@@ -55,6 +73,12 @@ def autorecovery(
         None,
         "--id",
         help="Auditor candidate and lock owner id (default: the bookie id the configuration gives).",
+    ),
+    grpc_port: int | None = typer.Option(
+        None,
+        "--grpc-port",
+        help="Serve gRPC health and admin on this port (0 = any free port); "
+        "sets grpcServerEnabled=true and grpcServerPort.",
     ),
     log_level: str | None = typer.Option(
         None, "--log-level", help="DEBUG, INFO, WARNING or ERROR."
@@ -68,10 +92,16 @@ def autorecovery(
     setup_logging(log_level)
     try:
         config = load_config(BookieConfig, conf, set_)
+        if grpc_port is not None:
+            config = config.with_overrides(
+                {"grpcServerEnabled": True, "grpcServerPort": grpc_port}, "--grpc-port"
+            )
     except DLogError as e:
         raise fail(str(e), 2) from None
     try:
         code = asyncio.run(serve(config, candidate_id))
     except DLogError as e:
         raise fail(str(e)) from None
+    except OSError as e:
+        raise fail(f"cannot start AutoRecovery: {e}") from None
     raise typer.Exit(code)

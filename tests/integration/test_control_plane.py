@@ -122,7 +122,8 @@ async def _true(value: bool) -> bool:
 
 
 async def test_admin_rpcs_against_real_bookies(make_bookie, ledgers_uri: str) -> None:  # type: ignore[no-untyped-def]
-    b0 = await make_bookie("b0", **GRPC)
+    # No checkpoint during the test: the write cache keeps what was written.
+    b0 = await make_bookie("b0", flushInterval=600_000, **GRPC)
     b1 = await make_bookie("b1", **GRPC)
     t = target(b0)
 
@@ -142,7 +143,9 @@ async def test_admin_rpcs_against_real_bookies(make_bookie, ledgers_uri: str) ->
     assert info.write_cache_max_bytes == b0.conf.write_cache_bytes
     assert info.write_cache_entries == 5 and info.write_cache_bytes > 0
 
-    md = await admin(t, "GetLedgerMetadata", pb.GetLedgerMetadataRequest(ledger_id=handle.ledger_id))
+    md = await admin(
+        t, "GetLedgerMetadata", pb.GetLedgerMetadataRequest(ledger_id=handle.ledger_id)
+    )
     assert isinstance(md, pb.LedgerMetadata)
     assert (md.ensemble_size, md.write_quorum_size, md.ack_quorum_size) == (2, 2, 2)
     assert md.state == "CLOSED" and md.last_entry_id == 4 and md.length > 0
