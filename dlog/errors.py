@@ -325,9 +325,14 @@ class LockingError(LogError):
 
 
 class OwnershipAcquireFailedError(LockingError):
-    """Another writer holds the stream's lock."""
+    """Another writer holds the stream's lock. ``owner`` is what its lock
+    node says about it (a write proxy's is its DLSocketAddress), when known."""
 
     default_message = "another writer owns the stream"
+
+    def __init__(self, message: str | None = None, *, owner: str | None = None) -> None:
+        self.owner = owner
+        super().__init__(message)
 
 
 class WriteFencedError(LogError):
@@ -416,6 +421,51 @@ class StreamNotReadyError(LogError):
     code = 518
     retriable = True
     default_message = "stream not ready"
+
+
+class RequestDeniedError(LogError):
+    code = 403
+    default_message = "request denied"
+
+
+class ServiceUnavailableError(LogError):
+    """The write proxy is shutting down or takes no new streams."""
+
+    code = 503
+    retriable = True
+    default_message = "service unavailable"
+
+
+class RegionUnavailableError(LogError):
+    code = 519
+    retriable = True
+    default_message = "region unavailable"
+
+
+class TooManyStreamsError(LogError):
+    """The write proxy owns as many streams as ``maxAcquiredPartitionsPerProxy``
+    allows; another proxy may take the stream."""
+
+    code = 524
+    retriable = True
+    default_message = "too many streams"
+
+
+class ThriftProtocolError(LogError):
+    """A peer sent bytes that are not a DistributedLogService thrift message
+    (framed transport, binary protocol)."""
+
+    code = 600
+    default_message = "malformed thrift message"
+
+
+class WriteOutcomeUnknownError(LogError):
+    """The connection to a write proxy dropped after a write was sent and
+    before its answer came: the record may or may not be in the stream.
+    Not retried, so that an acknowledged record is never written twice."""
+
+    code = 600
+    default_message = "write outcome unknown"
 
 
 class InvalidEnvelopedEntryError(LogError):

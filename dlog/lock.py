@@ -90,7 +90,9 @@ class DistributedLock:
                 if remaining <= 0:
                     holder = await self._holder(members[0])
                     raise OwnershipAcquireFailedError(
-                        f"{self.path} is owned by {holder}; gave up after {timeout:g}s (lockTimeoutSeconds)"
+                        f"{self.path} is owned by {holder or 'another writer (just released)'}; "
+                        f"gave up after {timeout:g}s (lockTimeoutSeconds)",
+                        owner=holder,
                     )
                 gone = asyncio.Event()
 
@@ -111,12 +113,28 @@ class DistributedLock:
                 pass
             raise
 
-    async def _holder(self, member: str) -> str:
+    @staticmethod
+    async def holder(zk: ZooKeeper, path: str) -> str | None:
+        """What the current owner's lock node at ``path`` says; None if unowned."""
+        try:
+            members = [c for c in await zk.get_children(path) if c.startswith(MEMBER_PREFIX)]
+        except NoNodeError:
+            return None
+        for member in sorted(members, key=lambda c: c[len(MEMBER_PREFIX) :]):
+            try:
+                data, _ = await zk.get(f"{path}/{member}")
+            except NoNodeError:
+                continue  # it just went: the next one owns it
+            return data.decode(errors="replace") or member
+        return None
+
+    async def _holder(self, member: str) -> str | None:
+        """What the holder's lock node says about it; None if it just went."""
         try:
             data, _ = await self.zk.get(f"{self.path}/{member}")
             return data.decode(errors="replace") or member
         except NoNodeError:
-            return "another writer (just released)"
+            return None
 
     async def release(self) -> None:
         node, self.node = self.node, None

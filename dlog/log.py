@@ -75,9 +75,16 @@ class LogManager:
         return self.context.data_set
 
     # -- writers and readers -------------------------------------------------
-    async def open_writer(self) -> LogWriter:
-        """Become the stream's single writer (fencing any previous one)."""
-        writer = await LogWriter(self.context)._open()
+    async def open_writer(
+        self, *, owner: str | None = None, lock_timeout: float | None = None
+    ) -> LogWriter:
+        """Become the stream's single writer (fencing any previous one).
+
+        ``owner`` is what the lock node says about this writer (a write
+        proxy puts its address there, for the proxies it redirects);
+        ``lock_timeout`` (seconds) overrides ``lockTimeoutSeconds``: 0 gives
+        up at once, with OwnershipAcquireFailedError naming the owner."""
+        writer = await LogWriter(self.context, owner=owner, lock_timeout=lock_timeout)._open()
         self._writers.add(writer)
         return writer
 

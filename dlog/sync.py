@@ -578,9 +578,14 @@ class SyncLogManager(ClosingTwin[LogManager], wraps="log"):
 
     subscribe = blocking(LogManager.subscribe, wrap=SyncConsumer)
 
-    def open_writer(self) -> SyncLogWriter:
-        """Become the stream's single writer (fencing any previous one)."""
-        writer = SyncLogWriter(self._run(self.log.open_writer()), self._runner)
+    def open_writer(
+        self, *, owner: str | None = None, lock_timeout: float | None = None
+    ) -> SyncLogWriter:
+        """Become the stream's single writer (fencing any previous one); see
+        :meth:`dlog.log.LogManager.open_writer`."""
+        writer = SyncLogWriter(
+            self._run(self.log.open_writer(owner=owner, lock_timeout=lock_timeout)), self._runner
+        )
         with self._writers_lock:
             self._writers = [w for w in self._writers if not w.is_closed]
             self._writers.append(writer)

@@ -85,14 +85,19 @@ class _Segment:
 class LogWriter:
     """Write records to a stream. Use ``await stream.open_writer()`` on a LogManager."""
 
-    def __init__(self, ctx: StreamContext) -> None:
+    def __init__(
+        self, ctx: StreamContext, *, owner: str | None = None, lock_timeout: float | None = None
+    ) -> None:
         self.ctx = ctx
         self.name = ctx.name
         conf = ctx.conf
         self.conf = conf
         self._store = ctx.metadata
         self._bk = ctx.bk
-        self._lock = DistributedLock(ctx.zk, ctx.paths.lock)
+        self._lock = DistributedLock(ctx.zk, ctx.paths.lock, owner=owner)
+        self._lock_timeout = (
+            conf.lock_timeout_seconds if lock_timeout is None else max(0.0, lock_timeout)
+        )
         self._buffer_size = conf.writer_output_buffer_size
         self._flush_s = conf.periodic_flush_frequency_milli_seconds / 1000.0
         self._immediate = conf.enable_immediate_flush
@@ -134,7 +139,7 @@ class LogWriter:
     # ------------------------------------------------------------------
     async def _open(self) -> LogWriter:
         self._loop = asyncio.get_running_loop()
-        await self._lock.acquire(self.conf.lock_timeout_seconds)
+        await self._lock.acquire(self._lock_timeout)
         self._lock.on_lost(
             lambda: self._set_error(LockingError(f"lost ownership of stream {self.name!r}"))
         )

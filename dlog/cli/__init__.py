@@ -38,6 +38,7 @@ def build_app() -> typer.Typer:
     from dlog.cli import conf as _conf
     from dlog.cli import dlsn as _dlsn
     from dlog.cli import namespace as _namespace
+    from dlog.cli import proxy as _proxy
     from dlog.cli import sandbox as _sandbox
     from dlog.cli import shell as _shell
     from dlog.cli import shell_autorecovery as _shell_autorecovery  # noqa: F401 (registers on _shell.app)
@@ -62,6 +63,7 @@ def build_app() -> typer.Typer:
     app.add_typer(_namespace.app, name="namespace")
     app.add_typer(_stream.app, name="stream")
     app.command("write")(_write.write)
+    app.command("proxy")(_proxy.proxy)
     app.command("tail")(_tail.tail)
     app.add_typer(_dlsn.app, name="dlsn")
     app.add_typer(_subscriptions.app, name="subscriptions")

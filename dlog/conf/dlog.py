@@ -299,6 +299,90 @@ class DLogConfig(Config):
         unit="min",
     )
 
+    # -- the write proxy (dlog proxy) -------------------------------------------------------
+    per_writer_outstanding_write_limit: int = setting(
+        "perWriterOutstandingWriteLimit",
+        -1,
+        "Write proxy: records one stream may have accepted and not yet durable; a "
+        "request that would go past it is refused whole with OVER_CAPACITY (see "
+        "outstandingWriteLimitDarkmode). -1 means no limit (DistributedLog's default).",
+        min=-1,
+    )
+    global_outstanding_write_limit: int = setting(
+        "globalOutstandingWriteLimit",
+        -1,
+        "Write proxy: the same limit across all the streams one proxy owns. -1 means no "
+        "limit (DistributedLog's default).",
+        min=-1,
+    )
+    outstanding_write_limit_darkmode: bool = setting(
+        "outstandingWriteLimitDarkmode",
+        True,
+        "Write proxy: true only counts requests past an outstanding-write limit (metric "
+        'proxy_over_capacity_total{dark="true"}) and writes them; false refuses them '
+        "with OVER_CAPACITY. DistributedLog's default, true, kept: set false to enforce "
+        "the limits.",
+    )
+    max_acquired_partitions_per_proxy: int = setting(
+        "maxAcquiredPartitionsPerProxy",
+        -1,
+        "Write proxy: the most streams one proxy owns at once; a request for one more "
+        "is answered TOO_MANY_STREAMS (clients try another proxy). -1 means no limit "
+        "(DistributedLog's default).",
+        min=-1,
+    )
+    server_port: int = setting(
+        "server_port",
+        0,
+        "Write proxy: the thrift port (DistributedLog ServerConfiguration). 0 picks a "
+        "free port, printed when the proxy starts (DistributedLog's default).",
+        min=0,
+        max=65535,
+    )
+    server_shard: int = setting(
+        "server_shard",
+        -1,
+        "Write proxy: its shard id, part of the address it is known by "
+        "(1;<shard>;<host>:<port>, DistributedLog's DLSocketAddress) in stream lock "
+        "nodes and FOUND answers.",
+        min=-1,
+    )
+    server_graceful_shutdown_period_ms: int = setting(
+        "server_graceful_shutdown_period_ms",
+        0,
+        "Write proxy: on shutdown, how long it answers as DOWN (health NOT_SERVING, no "
+        "new streams) before it releases its streams, so that clients move away first.",
+        min=0,
+        unit="ms",
+    )
+    grpc_server_enabled: bool = setting(
+        "grpcServerEnabled",
+        False,
+        "dlog extension: the write proxy serves the gRPC control plane: grpc.health.v1.Health "
+        "(NOT_SERVING while it accepts no new streams or shuts down) and dlog's admin API "
+        "(its owned streams, `dlog admin streams`).",
+    )
+    grpc_server_address: str = setting(
+        "grpcServerAddress",
+        "0.0.0.0",
+        "dlog extension: the address the write proxy's gRPC control plane listens on.",
+    )
+    grpc_server_port: int = setting(
+        "grpcServerPort",
+        4182,
+        "dlog extension: the port of the write proxy's gRPC control plane (0 = any free port).",
+        min=0,
+        max=65535,
+    )
+    server_max_frame_bytes: int = setting(
+        "server_max_frame_bytes",
+        16 * _MIB,
+        "dlog extension: the largest thrift frame (one request) the write proxy reads; a "
+        "longer one closes that connection.",
+        min=1024,
+        unit="bytes",
+    )
+
     # -- BookKeeper client -----------------------------------------------------------------
     bkc: ClientConfig = nested(
         "bkc.",

@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "applications: the CLI, Spark, the sandbox",
         ("dlog.__main__", "dlog.cli", "dlog.spark", "dlog.sandbox"),
     ),
+    ("the write proxy: its server (on the facade) and its clients", ("dlog.proxy",)),
     ("blocking facade", ("dlog.sync",)),
     ("facade: Namespace, LogManager", ("dlog", "dlog.namespace", "dlog.log")),
     (
