@@ -143,11 +143,15 @@ class ControlServer:
         try:
             bound = server.add_insecure_port(f"{self.host}:{self._port}")
         except RuntimeError as e:
-            raise OSError(
-                errno.EADDRINUSE, f"gRPC control server cannot bind {self.host}:{self._port}: {e}"
-            ) from None
+            bound, error = 0, f": {e}"
+        else:
+            error = ""
         if not bound:
-            raise OSError(errno.EADDRINUSE, f"gRPC control server cannot bind {self.address}")
+            await server.stop(None)  # else its finalizer runs on a closed loop
+            raise OSError(
+                errno.EADDRINUSE,
+                f"gRPC control server cannot bind {self.host}:{self._port}{error}",
+            )
         await server.start()
         self._server, self._bound = server, bound
         log.info("gRPC health and admin on %s:%d", self.host, bound)
