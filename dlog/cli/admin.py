@@ -33,8 +33,8 @@ _state: dict[str, object] = {}
 
 @app.callback()
 def _options(
-    target: str = typer.Option(
-        ...,
+    target: str | None = typer.Option(
+        None,
         "--target",
         "-t",
         envvar="DLOG_ADMIN_TARGET",
@@ -52,6 +52,9 @@ def _client() -> Iterator[AdminClient]:
 
     from dlog.control.client import AdminClient
 
+    if not _state.get("target"):
+        # Checked here, not by typer: `dlog admin COMMAND --help` needs no target.
+        raise fail("give the process's gRPC address: --target HOST:PORT (or $DLOG_ADMIN_TARGET)", 2)
     target = str(_state["target"])
     timeout = _state["timeout"]
     assert isinstance(timeout, float)
