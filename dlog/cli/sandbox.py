@@ -32,6 +32,15 @@ app = typer.Typer(
 
 DirOption = typer.Option(..., "--dir", "-d", help="Sandbox directory (holds sandbox.json).")
 BookiesOption = typer.Option(3, "--bookies", "-b", min=1, max=64, help="Number of bookies.")
+ProxiesOption = typer.Option(
+    None,
+    "--proxies",
+    min=0,
+    max=16,
+    help="Number of write proxies (dlog proxy) to start beside the bookies "
+    "(default: as many as the sandbox in --dir had, else none).",
+    show_default=False,
+)
 ZkPortOption = typer.Option(
     0, "--zk-port", min=0, max=65535, help="ZooKeeper client port (default: a free port)."
 )
@@ -56,6 +65,8 @@ def _print_summary(sb) -> None:  # type: ignore[no-untyped-def]
     console.print(table)
     print(f"zookeeper:            {sb.zk_connect_string} (pid {sb.zookeeper.pid})")
     print(f"metadata service URI: {sb.metadata_service_uri}")
+    if sb.proxies:
+        print(f"write proxies:        {','.join(sb.proxy_endpoints)} (dlog write --proxy ...)")
     print(f"namespace URI:        {sb.namespace_uri}")
     if len(sb.bookies) < 3:
         n = len(sb.bookies)
@@ -106,12 +117,26 @@ def _bookie_settings(conf: Path | None, sets: list[str] | None) -> dict[str, str
     return values
 
 
-def _start(directory: Path, bookies: int, zk_port: int, detach: bool, settings: dict[str, str]):  # type: ignore[no-untyped-def]
+def _start(  # type: ignore[no-untyped-def]
+    directory: Path,
+    bookies: int,
+    zk_port: int,
+    detach: bool,
+    settings: dict[str, str],
+    proxies: int | None = None,
+):
     from dlog.sandbox.cluster import Sandbox, SandboxError
 
     try:
-        sb = Sandbox(directory, bookies=bookies, zk_port=zk_port, bookie_settings=settings)
-        with err_console.status(f"starting ZooKeeper and {bookies} bookie(s) in {directory} ..."):
+        sb = Sandbox(
+            directory,
+            bookies=bookies,
+            zk_port=zk_port,
+            bookie_settings=settings,
+            proxies=proxies,
+        )
+        what = f"{bookies} bookie(s)" + (f" and {proxies} write proxies" if proxies else "")
+        with err_console.status(f"starting ZooKeeper, {what} in {directory} ..."):
             sb.start(detach=detach)
     except KeyboardInterrupt:
         raise fail("interrupted; everything started was stopped", 130) from None
@@ -134,6 +159,7 @@ def run(
     zk_port: int = ZkPortOption,
     conf: Path | None = ConfOption,
     set_: list[str] | None = SetOption,
+    proxies: int | None = ProxiesOption,
 ) -> None:
     """Run a sandbox in the foreground until Ctrl-C (or SIGTERM), then stop it cleanly.
     --conf/--set take bookie settings (bookie.conf keys) for every bookie."""
@@ -142,7 +168,7 @@ def run(
     directory = Path(tempfile.mkdtemp(prefix="dlog-sandbox-")) if directory is None else directory
     # The processes get their own sessions so that Ctrl-C reaches only this
     # command, which then stops bookies before ZooKeeper (so they unregister).
-    sb = _start(directory, bookies, zk_port, detach=True, settings=settings)
+    sb = _start(directory, bookies, zk_port, detach=True, settings=settings, proxies=proxies)
     stop = threading.Event()
     previous = {
         sig: signal.signal(sig, lambda *_: stop.set())
@@ -180,13 +206,21 @@ def start(
     zk_port: int = ZkPortOption,
     conf: Path | None = ConfOption,
     set_: list[str] | None = SetOption,
+    proxies: int | None = ProxiesOption,
 ) -> None:
     """Start a sandbox in the background (it outlives this command).
     --conf/--set take bookie settings (bookie.conf keys) for every bookie.
 
     The namespace URI is the last line of stdout:  URI=$(dlog sandbox start --dir D | tail -1)
     """
-    sb = _start(directory, bookies, zk_port, detach=True, settings=_bookie_settings(conf, set_))
+    sb = _start(
+        directory,
+        bookies,
+        zk_port,
+        detach=True,
+        settings=_bookie_settings(conf, set_),
+        proxies=proxies,
+    )
     _print_summary(sb)
     print(f"state: {sb.state_path}; stop with: dlog sandbox stop --dir {sb.directory}")
     print(sb.namespace_uri)

@@ -116,6 +116,13 @@ def write(
     progress: bool = typer.Option(
         False, "--progress", help="Count records on stderr (only when stdin is not a terminal)."
     ),
+    proxy: str | None = typer.Option(
+        None,
+        "--proxy",
+        help="Write through write proxies (HOST:PORT[,HOST:PORT...], `dlog proxy`) "
+        "instead of as the stream's writer; the proxy assigns transaction ids.",
+        show_default=False,
+    ),
     uri: str | None = UriOption,
     conf: Path | None = ConfOption,
     set_: list[str] | None = SetOption,
@@ -132,6 +139,11 @@ def write(
     if sys.stdin is None:
         raise fail("no stdin to read records from", 2)
     show_progress = progress and not sys.stdin.isatty()
+    if proxy is not None:
+        if txid_start is not None:
+            raise fail("--txid-start cannot be used with --proxy: the proxy assigns txids", 2)
+        _write_through_proxy(proxy, stream, show_progress)
+        return
 
     async def body(ns: Namespace) -> tuple[int, int, DLSN | None]:
         lm, created = await _open_stream(ns, stream)
@@ -147,6 +159,82 @@ def write(
         f"last DLSN {short(last)}"
     )
     print(last.serialize())
+
+
+#: Lines per write proxy request (writeBulkWithContext), and bytes.
+PROXY_BULK_RECORDS = 1000
+PROXY_BULK_BYTES = 1 << 20
+
+
+def _write_through_proxy(hosts: str, stream: str, show_progress: bool) -> None:
+    from dlog.proxy import Client
+
+    try:
+        client = Client(hosts)
+    except ValueError as e:
+        raise fail(f"--proxy: {e}", 2) from None
+
+    async def run() -> tuple[int, DLSN | None]:
+        async with client:
+            return await _copy_stdin_to_proxy(client, stream, show_progress)
+
+    try:
+        count, last = asyncio.run(run())
+    except DLogError as e:
+        raise fail(str(e)) from None
+    if count == 0:
+        err_console.print("[yellow]stdin was empty: nothing written[/]")
+        return
+    assert last is not None
+    print(f"wrote {count} record(s) to {stream} through {hosts}, last DLSN {short(last)}")
+    print(last.serialize())
+
+
+async def _copy_stdin_to_proxy(
+    client: Any, stream: str, show_progress: bool
+) -> tuple[int, DLSN | None]:
+    """Lines of stdin in bulks (in order, one bulk in flight): (count, last DLSN)."""
+    count = 0
+    last: DLSN | None = None
+    chunks = _StdinChunks(sys.stdin.buffer, asyncio.get_running_loop())
+    bar = _progress() if show_progress else None
+    task = bar.add_task("write", total=None) if bar else None
+    batch: list[bytes] = []
+    size = 0
+
+    async def send() -> None:
+        nonlocal count, last, size
+        if batch:
+            dlsns = await client.write_bulk(stream, batch)
+            count += len(batch)
+            last = dlsns[-1]
+            batch.clear()
+            size = 0
+            if bar is not None and task is not None:
+                bar.update(task, completed=count)
+
+    with bar or contextlib.nullcontext():
+        rest = b""
+        while True:
+            chunk = await chunks.next()
+            if chunk:
+                lines = (rest + chunk).split(b"\n")
+                rest = lines.pop()
+            else:
+                lines, rest = ([rest] if rest else []), b""
+            for line in lines:
+                if line.endswith(b"\r"):
+                    line = line[:-1]
+                if batch and (
+                    len(batch) >= PROXY_BULK_RECORDS or size + len(line) > PROXY_BULK_BYTES
+                ):
+                    await send()
+                batch.append(line)
+                size += len(line) + 16
+            if not chunk:
+                break
+        await send()
+    return count, last
 
 
 async def _open_stream(ns: Namespace, stream: str) -> tuple[LogManager, bool]:

@@ -115,6 +115,10 @@ class BookieWatcher:
 
     def _on_info_event(self, event: WatchedEvent) -> None:
         path = event.path
+        if path is None:
+            # A session event (the client closing): every watch is gone.
+            self._data_watched.clear()
+            return
         self._data_watched.discard(path)
         bookie_id = path.rpartition("/")[2]
         if self._closed or bookie_id not in self._info:

@@ -30,12 +30,13 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Self
 
 from dlog.sandbox.bookies import BookieProcess, wait_serving
-from dlog.sandbox.zookeeper import ZooKeeperServer
+from dlog.sandbox.zookeeper import ZooKeeperServer, free_port
 
 __all__ = [
     "STATE_FILE",
@@ -236,9 +237,13 @@ class Sandbox:
         namespace: str = DEFAULT_NAMESPACE,
         ledgers_root: str = DEFAULT_LEDGERS_ROOT,
         bookie_settings: dict[str, Any] | None = None,
+        proxies: int | None = None,
     ) -> None:
         if bookies < 1:
             raise SandboxError(f"a sandbox needs at least one bookie, not {bookies}")
+        if proxies is not None and proxies < 0:
+            raise SandboxError(f"a sandbox cannot have {proxies} write proxies")
+        self._requested_proxies = proxies
         self.directory = Path(directory).absolute()
         self.host = host
         self.namespace_path = namespace
@@ -255,10 +260,15 @@ class Sandbox:
             str(self.directory / "zookeeper" / "zoo.cfg"),
         )
         self.bookies: list[_Proc] = [self._bookie_proc(i, 0) for i in range(bookies)]
+        self.proxies: list[_Proc] = [self._proxy_proc(i, 0) for i in range(proxies or 0)]
 
     def _bookie_proc(self, index: int, port: int) -> _Proc:
         d = self.directory / f"bookie-{index}"
         return _Proc(f"bookie-{index}", self.host, port, d, str(d / "bookie.conf"))
+
+    def _proxy_proc(self, index: int, port: int) -> _Proc:
+        d = self.directory / f"proxy-{index}"
+        return _Proc(f"proxy-{index}", self.host, port, d, str(d / "dlog.conf"))
 
     # -- addresses -------------------------------------------------------------
     @property
@@ -280,6 +290,11 @@ class Sandbox:
     @property
     def bookie_ids(self) -> list[str]:
         return [b.address for b in self.bookies]
+
+    @property
+    def proxy_endpoints(self) -> list[str]:
+        """``host:port`` of each write proxy (for ``dlog write --proxy``)."""
+        return [p.address for p in self.proxies]
 
     # -- state file ----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -316,6 +331,18 @@ class Sandbox:
                 }
                 for i, b in enumerate(self.bookies)
             ],
+            "proxies": [
+                {
+                    "index": i,
+                    "endpoint": p.address,
+                    "port": p.port,
+                    "pid": p.pid,
+                    "dir": str(p.directory),
+                    "conf": p.marker,
+                    "log": str(p.directory / "proxy.log"),
+                }
+                for i, p in enumerate(self.proxies)
+            ],
         }
 
     def save(self) -> None:
@@ -342,6 +369,7 @@ class Sandbox:
                     f"{path}: unsupported sandbox state version {state.get('version')!r}"
                 )
             bookies = state["bookies"]
+            proxies = state.get("proxies") or []
             sb = cls(
                 path.parent,
                 bookies=max(1, len(bookies)),
@@ -350,6 +378,7 @@ class Sandbox:
                 namespace=state["namespace_path"],
                 ledgers_root=state["ledgers_root"],
                 bookie_settings=state.get("bookie_settings") or {},
+                proxies=len(proxies),
             )
             sb.detached = bool(state.get("detached", True))
             sb.zookeeper.port = int(state["zookeeper"]["port"])
@@ -357,13 +386,16 @@ class Sandbox:
             for b, info in zip(sb.bookies, bookies, strict=True):
                 b.port = int(info["port"])
                 b.pid = _opt_int(info.get("pid"))
+            for p, info in zip(sb.proxies, proxies, strict=True):
+                p.port = int(info["port"])
+                p.pid = _opt_int(info.get("pid"))
         except (KeyError, TypeError, ValueError) as e:
             raise SandboxError(f"{path}: malformed sandbox state ({e!r})") from None
         return sb
 
     # -- status ----------------------------------------------------------------------
     def _procs(self) -> list[_Proc]:
-        return [self.zookeeper, *self.bookies]
+        return [self.zookeeper, *self.bookies, *self.proxies]
 
     def is_running(self) -> bool:
         """Whether any of the sandbox's processes runs."""
@@ -376,7 +408,9 @@ class Sandbox:
             rows.append(
                 ProcessStatus(
                     name=p.name,
-                    index=None if i == 0 else i - 1,
+                    index=None
+                    if i == 0
+                    else (i - 1 if i <= len(self.bookies) else i - 1 - len(self.bookies)),
                     address=p.address,
                     pid=p.pid if alive else None,
                     alive=alive,
@@ -412,6 +446,10 @@ class Sandbox:
         self.zookeeper.port = old_zk
         for b, old in zip(self.bookies, previous.bookies, strict=False):
             b.port = old.port  # a bookie's id (and its cookie) is host:port
+        if self._requested_proxies is None:  # as many as it had
+            self.proxies = [self._proxy_proc(i, 0) for i in range(len(previous.proxies))]
+        for p, old in zip(self.proxies, previous.proxies, strict=False):
+            p.port = old.port  # what clients were given
 
     def start(self, *, detach: bool = False, timeout: float = 60.0) -> Self:
         """Start ZooKeeper, create the cluster layout, bind the namespace,
@@ -449,7 +487,13 @@ class Sandbox:
             for b, bp in zip(self.bookies, launched, strict=True):
                 wait_serving(b.host, b.port, timeout, b.process, bp.log_path)
             asyncio.run(self._wait_registered(self.bookie_ids, timeout))
+            for p in self.proxies:
+                self._launch_proxy(p, detach=detach)
+            self.save()
+            for p in self.proxies:
+                _wait_listening(p, timeout, p.directory / "proxy.log")
         except BaseException:
+            _terminate(self.proxies, 10.0)
             _terminate(self.bookies, 10.0)
             _terminate([self.zookeeper], 10.0)
             with contextlib.suppress(OSError):
@@ -471,6 +515,42 @@ class Sandbox:
         b.pid = bp.pid
         b.process = bp.process
         return bp
+
+    def _launch_proxy(self, p: _Proc, *, detach: bool) -> None:
+        """``dlog proxy`` on a fixed port (kept across restarts: clients were
+        given it), logging to ``proxy.log`` in its directory."""
+        p.directory.mkdir(parents=True, exist_ok=True)
+        if not p.port:
+            p.port = free_port(self.host)
+        conf = Path(p.marker)
+        if not conf.exists():
+            conf.write_text(
+                "# Write proxy settings (dlog.conf keys); `dlog sandbox` passes the\n"
+                "# namespace URI and the port on the command line.\n"
+            )
+        with open(p.directory / "proxy.log", "ab") as out:
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "dlog",
+                    "proxy",
+                    "--uri",
+                    self.namespace_uri,
+                    "--conf",
+                    str(conf),
+                    "--host",
+                    p.host,
+                    "--port",
+                    str(p.port),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=detach,
+            )
+        p.pid = process.pid
+        p.process = process
 
     async def _init_metadata(self) -> None:
         from dlog.bookie.registration import init_cluster
@@ -520,7 +600,9 @@ class Sandbox:
         then ZooKeeper. Data and ``sandbox.json`` stay; the pids in it are
         cleared. Returns whether anything was running."""
         was_running = self.is_running()
-        killed = _terminate(self.bookies, timeout)
+        # Proxies first: they flush what they accepted and release their streams.
+        killed = _terminate(self.proxies, timeout)
+        killed += _terminate(self.bookies, timeout)
         killed += _terminate([self.zookeeper], timeout)
         if self.state_path.exists() or was_running:
             self.save()
@@ -571,6 +653,19 @@ class Sandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _wait_listening(p: _Proc, timeout: float, log_path: Path) -> None:
+    """Wait until ``p`` accepts connections on its port; its log's tail if it exits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not p.alive():
+            tail = log_path.read_text(errors="replace")[-3000:] if log_path.exists() else ""
+            raise SandboxError(f"{p.name} on port {p.port} exited:\n{tail}")
+        if _port_open(p.host, p.port):
+            return
+        time.sleep(0.1)
+    raise SandboxError(f"{p.name} did not listen on {p.address} within {timeout}s")
 
 
 def _opt_int(value: Any) -> int | None:
