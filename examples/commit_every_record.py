@@ -33,7 +33,7 @@ commits/s is one round trip per commit for both stores. The sandbox's
 bookies sync their journal as soon as their request queue is empty
 (``journalFlushWhenQueueEmpty=true``; BookKeeper's default, false, makes a
 lone append wait ``journalMaxGroupWaitMSec``, 2 ms, for company), so a lone
-commit costs about what a lone ZooKeeper write does (bench/subscriptions.py
+commit costs about what a lone ZooKeeper write does (bench/subscriptions_store.py
 measures it). The number that matters is the last column: one ZooKeeper
 write per commit against none. ZooKeeper's capacity is shared by every
 consumer of every stream (a few thousand writes/s in total); the bookies'

@@ -31,7 +31,7 @@ async def serve(
     from dlog.control import OVERALL, PROXY, AdminProviders, ControlServer
     from dlog.namespace import Namespace
     from dlog.protocol import admin_pb2 as pb
-    from dlog.protocol import dl_service as wire
+    from dlog.proxy import protocol as wire
     from dlog.proxy.server import ProxyServer
 
     loop = asyncio.get_running_loop()

@@ -42,7 +42,7 @@ from dlog.errors import (
     ThriftProtocolError,
     WriteOutcomeUnknownError,
 )
-from dlog.protocol import dl_service as wire
+from dlog.proxy import protocol as wire
 
 log = logging.getLogger(__name__)
 

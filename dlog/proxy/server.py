@@ -1,7 +1,7 @@
 """``dlog proxy``: DistributedLog's write proxy service.
 
 Serves ``DistributedLogService`` (thrift, framed transport, binary
-protocol: :mod:`dlog.protocol.dl_service`) on asyncio TCP, in front of a
+protocol: :mod:`dlog.proxy.protocol`) on asyncio TCP, in front of a
 :class:`~dlog.namespace.Namespace`. Ownership, limits and writing live in
 :mod:`dlog.proxy.streams`; this module moves frames and turns outcomes
 into ``ResponseHeader`` status codes.
@@ -34,7 +34,7 @@ from dlog.errors import (
 )
 from dlog.lock import DistributedLock
 from dlog.namespace import Namespace
-from dlog.protocol import dl_service as wire
+from dlog.proxy import protocol as wire
 from dlog.proxy.streams import OwnedStream, ProxyMetrics, StreamManager, host_port
 
 log = logging.getLogger(__name__)

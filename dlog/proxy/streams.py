@@ -45,7 +45,7 @@ from dlog.errors import (
 )
 from dlog.lock import DistributedLock
 from dlog.namespace import Namespace
-from dlog.protocol.dl_service import parse_owner
+from dlog.proxy.protocol import parse_owner
 from dlog.record import CONTROL_RECORD_PAYLOAD, LogRecord
 from dlog.singleflight import SingleFlight
 from dlog.writer import LogWriter

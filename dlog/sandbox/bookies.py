@@ -58,7 +58,7 @@ def bookie_config(
         # 1000 in flight 27-61k adds/s either way, 340-346 -> 271-322 adds
         # per fsync; 64 in flight 13.5-14.2k -> 22.6-29.6k adds/s, 64 adds per
         # fsync both; a lone add (1000/s open loop) p50 1.7 -> 0.41 ms.
-        # bench/subscriptions.py sequential commit p50 3.0-3.5 -> 0.77-0.92 ms
+        # bench/subscriptions_store.py sequential commit p50 3.0-3.5 -> 0.77-0.92 ms
         # (ZooKeeper store 0.78-0.90), 1 subscription 16-19k -> 53-55k
         # commits/s. The price: between quiet and saturated the disk does
         # many more, smaller fsyncs (10k adds/s: ~480 -> ~7,000-8,000 a second).

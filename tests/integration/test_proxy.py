@@ -20,8 +20,8 @@ from dlog.errors import (
     RecordTooLargeError,
 )
 from dlog.namespace import Namespace
-from dlog.protocol import dl_service as wire
 from dlog.proxy import Client
+from dlog.proxy import protocol as wire
 from dlog.proxy.server import ProxyServer
 from dlog.record import MAX_PAYLOAD_SIZE
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from dlog.dlsn import DLSN
 from dlog.errors import ThriftProtocolError
-from dlog.protocol import dl_service as wire
+from dlog.proxy import protocol as wire
 
 ROOT = Path(__file__).resolve().parents[2]
 T = wire.thrift
@@ -22,7 +22,7 @@ S = wire.service
 
 def test_the_packaged_idl_is_the_one_in_proto() -> None:
     assert (ROOT / "proto" / wire.IDL_NAME).read_bytes() == (
-        ROOT / "dlog" / "protocol" / wire.IDL_NAME
+        ROOT / "dlog" / "proxy" / wire.IDL_NAME
     ).read_bytes()
 
 

@@ -8,7 +8,7 @@
  * unchanged (framed transport, binary protocol).
  *
  * thriftpy2 refuses the method name `delete` (a reserved word in some target
- * languages); dlog.protocol.dl_service loads this file under another name and
+ * languages); dlog.proxy.protocol loads this file under another name and
  * serves the method under its wire name, "delete".
  */
 namespace java org.apache.distributedlog.thrift.service

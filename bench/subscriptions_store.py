@@ -48,7 +48,7 @@ Targets (the subscriptions issue), each checked against this run's numbers:
   phases, after acquire and warm-up) for the log-segment store;
 * at least 5x the pipelined-setData baseline for 1 subscription.
 
-    python bench/subscriptions.py [--seconds 5] [--outstanding 64] [--subscriptions 1,100]
+    python bench/subscriptions_store.py [--seconds 5] [--outstanding 64] [--subscriptions 1,100]
 """
 
 from __future__ import annotations
@@ -62,10 +62,6 @@ import os
 import sys
 import time
 from typing import Any, Protocol
-
-# Run as a script, bench/ (this file's directory) is first on sys.path and
-# ``import subscriptions`` would find this file: the project root goes first.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from common import (
     BENCH_BOOKIE_SETTINGS,

@@ -1,4 +1,4 @@
-"""DistributedLog's write proxy protocol: ``DistributedLogService`` over
+"""DistributedLog's write proxy protocol (wire only, no logic): ``DistributedLogService`` over
 thrift's framed transport and binary protocol.
 
 The IDL is ``proto/distributedlog_service.thrift`` (upstream's names, field
@@ -74,7 +74,7 @@ _OWNER_VERSION = 1
 
 
 def _load() -> ModuleType:
-    text = resources.files("dlog.protocol").joinpath(IDL_NAME).read_text(encoding="utf-8")
+    text = resources.files("dlog.proxy").joinpath(IDL_NAME).read_text(encoding="utf-8")
     text, n = re.subn(rf"(WriteResponse\s+){DELETE}(\s*\()", rf"\g<1>{_DELETE_ALIAS}\g<2>", text)
     if n != 1:  # pragma: no cover - the IDL ships with the package
         raise RuntimeError(f"{IDL_NAME}: expected one method named {DELETE!r}")
