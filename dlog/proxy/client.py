@@ -136,7 +136,7 @@ class _Connection:
                 (size,) = wire.FRAME_HEADER.unpack(await reader.readexactly(4))
                 if not 0 < size <= _MAX_FRAME:
                     raise ThriftProtocolError(f"proxy {self.endpoint} sent a frame of {size} bytes")
-                reply = wire.decode_reply(await reader.readexactly(size))
+                reply = wire.decode_bulk_write_reply(await reader.readexactly(size))
                 fut = self._pending.pop(reply.seqid, None)
                 if fut is not None and not fut.done():
                     fut.set_result(reply)

@@ -246,6 +246,11 @@ class ProxyServer:
             header = getattr(success, "header", None)
             if header is not None:
                 self.metrics.responses.labels(method=call.name, code=str(header.code)).inc()
+            if call.name == "writeBulkWithContext" and success.writeResponses is not None:
+                # Successful records are their serialized DLSNs here.
+                return wire.encode_bulk_write_reply(
+                    call.seqid, success.header, success.writeResponses
+                )
         return wire.encode_reply(call.name, call.seqid, result)
 
     # -- the service ------------------------------------------------------------------
@@ -317,8 +322,10 @@ class ProxyServer:
             return T.BulkWriteResponse(header=header_for(errors[0]))
         return T.BulkWriteResponse(
             header=T.ResponseHeader(code=SUCCESS),
+            # A successful record's response is its serialized DLSN: the
+            # reply is encoded by wire.encode_bulk_write_reply.
             writeResponses=[
-                _ok(r) if isinstance(r, DLSN) else T.WriteResponse(header=header_for(r))
+                r.serialize() if isinstance(r, DLSN) else T.WriteResponse(header=header_for(r))
                 for r in results
             ],
         )

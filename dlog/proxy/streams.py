@@ -28,6 +28,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -263,7 +264,15 @@ class StreamManager:
         self._outstanding += n
         self.metrics.outstanding.set(self._outstanding)
         try:
-            results = await asyncio.gather(*futures, return_exceptions=True)
+            # Records complete in order: once the last is done, nearly
+            # always all are (cheaper than gathering each).
+            await asyncio.wait(futures[-1:])
+            if all(f.done() for f in futures):
+                results: list[Any] = [
+                    f.exception() if f.exception() is not None else f.result() for f in futures
+                ]
+            else:
+                results = await asyncio.gather(*futures, return_exceptions=True)
         finally:
             owned.outstanding -= n
             self._outstanding -= n

@@ -343,3 +343,46 @@ async def test_admin_operations_through_the_client(make_proxy: MakeProxy) -> Non
             await client.write_bulk("adm2", [b"ok", b"x" * (MAX_PAYLOAD_SIZE + 1)])
         with pytest.raises(LogEmptyError):
             await (await a.namespace.open_log("adm2")).get_last_dlsn()
+
+
+async def test_server_settings(open_namespace) -> None:  # type: ignore[no-untyped-def]
+    """server_port, server_shard and server_max_frame_bytes are honoured."""
+    from dlog.sandbox.zookeeper import free_port
+
+    port = free_port()
+    ns = await open_namespace(server_port=port, server_shard=7, server_max_frame_bytes=2048)
+    proxy = ProxyServer(ns, host="127.0.0.1")
+    await proxy.start()
+    try:
+        assert proxy.port == port and proxy.address == f"1;7;127.0.0.1:{port}"
+        raw = await Raw.open(proxy)
+        assert (await raw.call("write", stream="f", data=b"x" * 1000)).header.code == CODES.SUCCESS
+        assert (await raw.call("getOwner", stream="f", ctx=None)).header.location == proxy.address
+        too_big = await Raw.open(proxy)
+        too_big.writer.write(
+            wire.encode_call("write", 1, S.write_args(stream="f", data=b"y" * 3000))
+        )
+        assert await too_big.closed()
+        assert (await raw.call("write", stream="f", data=b"z")).header.code == CODES.SUCCESS
+        raw.close()
+        too_big.close()
+    finally:
+        await proxy.stop()
+
+
+async def test_graceful_shutdown_answers_down_first(make_proxy: MakeProxy) -> None:
+    proxy = await make_proxy(server_graceful_shutdown_period_ms=800)
+    raw = await Raw.open(proxy)
+    assert (await raw.call("write", stream="g", data=b"x")).header.code == CODES.SUCCESS
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    stopping = asyncio.ensure_future(proxy.stop())
+    await asyncio.sleep(0.2)
+    # Still answering, as DOWN: clients move away before the streams go.
+    assert (await raw.call("handshake")).serverStatus == T.ServerStatus.DOWN
+    r = await raw.call("write", stream="new-one", data=b"x")
+    assert r.header.code == CODES.SERVICE_UNAVAILABLE
+    await stopping
+    assert loop.time() - started >= 0.8
+    assert not proxy.streams.owns("g")  # type: ignore[union-attr]
+    raw.close()

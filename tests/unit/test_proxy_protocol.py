@@ -204,3 +204,71 @@ def test_huge_counts_are_refused_before_reading() -> None:
     not_strict = struct.pack(">i", 5) + b"write" + b"\x01" + struct.pack(">i", 1)
     with pytest.raises(ThriftProtocolError, match="strict binary"):
         wire.decode_call(not_strict)
+
+
+def _generic_bulk(seqid: int, header: object, responses: list[object]) -> bytes:
+    return wire.encode_reply(
+        "writeBulkWithContext",
+        seqid,
+        S.writeBulkWithContext_result(
+            success=T.BulkWriteResponse(
+                header=header,
+                writeResponses=[
+                    T.WriteResponse(header=T.ResponseHeader(code=200), dlsn=r)
+                    if isinstance(r, str)
+                    else r
+                    for r in responses
+                ],
+            )
+        ),
+    )
+
+
+bulk_items = st.lists(
+    st.builds(
+        lambda a, b, c: DLSN(a, b, c).serialize(),
+        st.integers(1, 2**40),
+        st.integers(0, 2**40),
+        st.integers(0, 2**20),
+    )
+    | st.builds(
+        lambda code, msg: T.WriteResponse(header=T.ResponseHeader(code=code, errMsg=msg)),
+        st.sampled_from([302, 413, 515, 517, 523]),
+        st.none() | st.text(max_size=20),
+    ),
+    max_size=40,
+)
+
+
+@given(seqid=st.integers(-(2**31), 2**31 - 1), items=bulk_items)
+def test_the_fast_bulk_reply_is_the_generic_one(seqid: int, items: list[object]) -> None:
+    header = T.ResponseHeader(code=200)
+    fast = wire.encode_bulk_write_reply(seqid, header, items)
+    assert fast == _generic_bulk(seqid, header, items)
+    got = wire.decode_bulk_write_reply(fast[4:])
+    want = wire.decode_reply(fast[4:])
+    assert got.seqid == want.seqid == seqid
+    assert got.result.success.header == want.result.success.header
+    assert [
+        (r.header.code, r.header.errMsg, r.dlsn) for r in got.result.success.writeResponses
+    ] == [(r.header.code, r.header.errMsg, r.dlsn) for r in want.result.success.writeResponses]
+
+
+_BULK = wire.encode_bulk_write_reply(
+    3, T.ResponseHeader(code=200), [DLSN(1, 0, i).serialize() for i in range(4)]
+)[4:]
+
+
+@settings(max_examples=1000)
+@given(
+    edits=st.lists(st.tuples(st.integers(0, len(_BULK) - 1), st.integers(0, 255)), max_size=4),
+    cut=st.integers(0, len(_BULK)),
+)
+def test_corrupt_bulk_replies_fail_cleanly(edits: list[tuple[int, int]], cut: int) -> None:
+    b = bytearray(_BULK)
+    for pos, value in edits:
+        b[pos] = value
+    try:
+        wire.decode_bulk_write_reply(bytes(b[:cut]))
+    except ThriftProtocolError:
+        pass
