@@ -12,7 +12,7 @@ count records acknowledged (durable) within the measured time.
 Prints one JSON document: both rates, the ratio (proxy / direct; the
 issue's target is at least 0.5), and the settings.
 
-    python bench/proxy.py [--seconds 8] [--bulk 500] [--in-flight 8]
+    python bench/proxy.py [--seconds 8] [--bulk 1000] [--in-flight 16]
 """
 
 from __future__ import annotations
@@ -85,8 +85,8 @@ async def proxied(endpoint: str, seconds: float, bulk: int, in_flight: int) -> d
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=8.0)
-    parser.add_argument("--bulk", type=int, default=500, help="records per writeBulkWithContext")
-    parser.add_argument("--in-flight", type=int, default=8, help="bulk requests outstanding")
+    parser.add_argument("--bulk", type=int, default=1000, help="records per writeBulkWithContext")
+    parser.add_argument("--in-flight", type=int, default=16, help="bulk requests outstanding")
     parser.add_argument(
         "--window", type=int, default=20000, help="direct writer's records in flight"
     )
