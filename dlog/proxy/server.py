@@ -74,6 +74,14 @@ def _check_crc(ctx: Any, expected: Callable[[], int], what: str) -> None:
         raise ChecksumFailedError(f"crc32 {ctx.crc32} does not match the {what}")
 
 
+def _check_stream_crc(ctx: Any, stream: str) -> None:
+    _check_crc(ctx, lambda: wire.stream_crc32(stream), "stream name")
+
+
+def _owned_by(stream: str, holder: str) -> OwnershipAcquireFailedError:
+    return OwnershipAcquireFailedError(f"stream {stream!r} is owned by {holder}", owner=holder)
+
+
 def _tried(ctx: Any) -> tuple[str, ...]:
     return tuple(ctx.triedHosts) if ctx is not None and ctx.triedHosts else ()
 
@@ -237,7 +245,15 @@ class ProxyServer:
         result = getattr(wire.service, f"{call.name}_result")()
         try:
             args = [getattr(call.args, spec[1]) for spec in call.args.thrift_spec.values()]
-            success = await handler(*args)
+            try:
+                success = await handler(*args)
+            except DLogError as e:
+                # A WriteResponse or BulkWriteResponse carries the error in
+                # its header; other answers (ServerInfo, void) cannot.
+                response = result.thrift_spec.get(0, (None, None, None))[2]
+                if response not in (T.WriteResponse, T.BulkWriteResponse):
+                    raise
+                success = response(header=header_for(e))
         except Exception as e:
             log.exception("proxy: %s failed", call.name)
             return wire.encode_exception(call.name, call.seqid, _INTERNAL_ERROR, str(e))
@@ -282,44 +298,33 @@ class ProxyServer:
         return await self.heartbeatWithOptions(stream, ctx, None)
 
     async def heartbeatWithOptions(self, stream: str, ctx: Any, options: Any) -> Any:
-        try:
-            _check_crc(ctx, lambda: wire.stream_crc32(stream), "stream name")
-            owned = await self._owned(stream, ctx)
-            to_readers = bool(options is not None and options.sendHeartBeatToReader)
-            return _ok(await self._streams().heartbeat(owned, to_readers=to_readers))
-        except DLogError as e:
-            return T.WriteResponse(header=header_for(e))
+        _check_stream_crc(ctx, stream)
+        owned = await self._owned(stream, ctx)
+        to_readers = bool(options is not None and options.sendHeartBeatToReader)
+        return _ok(await self._streams().heartbeat(owned, to_readers=to_readers))
 
     async def write(self, stream: str, data: bytes) -> Any:
         return await self.writeWithContext(stream, data, None)
 
     async def writeWithContext(self, stream: str, data: bytes, ctx: Any) -> Any:
-        try:
-            data = data or b""
-            _check_crc(ctx, lambda: wire.write_crc32(stream, data), "stream name and record")
-            owned = await self._owned(stream, ctx)
-            record_set = bool(ctx is not None and ctx.isRecordSet)
-            (result,) = await self._streams().write(owned, [data], record_set=record_set)
-        except DLogError as e:
-            return T.WriteResponse(header=header_for(e))
+        data = data or b""
+        _check_crc(ctx, lambda: wire.write_crc32(stream, data), "stream name and record")
+        owned = await self._owned(stream, ctx)
+        record_set = bool(ctx is not None and ctx.isRecordSet)
+        (result,) = await self._streams().write(owned, [data], record_set=record_set)
         if isinstance(result, DLSN):
             return _ok(result)
-        return T.WriteResponse(header=header_for(result))
+        raise result
 
     async def writeBulkWithContext(self, stream: str, data: list[bytes] | None, ctx: Any) -> Any:
-        try:
-            # WriteContext.crc32 is not defined over a bulk (DistributedLog
-            # checks it for single writes only).
-            owned = await self._owned(stream, ctx)
-            payloads = data or []
-            record_set = bool(ctx is not None and ctx.isRecordSet)
-            results = await self._streams().write(owned, payloads, record_set=record_set)
-        except DLogError as e:
-            return T.BulkWriteResponse(header=header_for(e))
+        # WriteContext.crc32 is not defined over a bulk (DistributedLog
+        # checks it for single writes only).
+        owned = await self._owned(stream, ctx)
+        record_set = bool(ctx is not None and ctx.isRecordSet)
+        results = await self._streams().write(owned, data or [], record_set=record_set)
         errors = [r for r in results if isinstance(r, DLogError)]
         if results and len(errors) == len(results):
-            # Nothing was written: the first failure is the request's.
-            return T.BulkWriteResponse(header=header_for(errors[0]))
+            raise errors[0]  # nothing was written: the first failure is the request's
         return T.BulkWriteResponse(
             header=T.ResponseHeader(code=SUCCESS),
             # A successful record's response is its serialized DLSN: the
@@ -331,61 +336,41 @@ class ProxyServer:
         )
 
     async def truncate(self, stream: str, dlsn: str, ctx: Any) -> Any:
-        try:
-            position = DLSN.deserialize(dlsn or "")
-            _check_crc(ctx, lambda: wire.truncate_crc32(stream, position), "stream name and DLSN")
-            owned = await self._owned(stream, ctx)
-            await self._streams().truncate(owned, position)
-        except DLogError as e:
-            return T.WriteResponse(header=header_for(e))
+        position = DLSN.deserialize(dlsn or "")
+        _check_crc(ctx, lambda: wire.truncate_crc32(stream, position), "stream name and DLSN")
+        owned = await self._owned(stream, ctx)
+        await self._streams().truncate(owned, position)
         return _ok()
 
     async def release(self, stream: str, ctx: Any) -> Any:
-        try:
-            _check_crc(ctx, lambda: wire.stream_crc32(stream), "stream name")
-            if not await self._streams().release(stream):
-                holder = await self._holder(stream)
-                if holder is not None:  # owned by another proxy: it must release
-                    raise OwnershipAcquireFailedError(
-                        f"stream {stream!r} is owned by {holder}", owner=holder
-                    )
-        except DLogError as e:
-            return T.WriteResponse(header=header_for(e))
+        _check_stream_crc(ctx, stream)
+        if not await self._streams().release(stream):
+            holder = await self._holder(stream)
+            if holder is not None:  # owned by another proxy: it must release
+                raise _owned_by(stream, holder)
         return _ok()
 
     async def create(self, stream: str, ctx: Any) -> Any:
-        try:
-            _check_crc(ctx, lambda: wire.stream_crc32(stream), "stream name")
-            await self._streams().create(stream)
-        except DLogError as e:
-            return T.WriteResponse(header=header_for(e))
+        _check_stream_crc(ctx, stream)
+        await self._streams().create(stream)
         return _ok()
 
     async def delete(self, stream: str, ctx: Any) -> Any:
-        try:
-            _check_crc(ctx, lambda: wire.stream_crc32(stream), "stream name")
-            owned = await self._owned(stream, ctx)
-            await self._streams().delete(owned)
-        except DLogError as e:
-            return T.WriteResponse(header=header_for(e))
+        _check_stream_crc(ctx, stream)
+        owned = await self._owned(stream, ctx)
+        await self._streams().delete(owned)
         return _ok()
 
     async def getOwner(self, stream: str, ctx: Any) -> Any:
-        try:
-            _check_crc(ctx, lambda: wire.stream_crc32(stream), "stream name")
-            streams = self._streams()
-            if streams.owns(stream):
-                return _ok(location=self.address)
-            if not await self.namespace.log_exists(stream):
-                raise LogNotFoundError(f"stream {stream!r} does not exist")
-            holder = await self._holder(stream)
-            if holder is None:
-                raise StreamUnavailableError(f"no proxy owns stream {stream!r}")
-            raise OwnershipAcquireFailedError(
-                f"stream {stream!r} is owned by {holder}", owner=holder
-            )
-        except DLogError as e:
-            return T.WriteResponse(header=header_for(e))
+        _check_stream_crc(ctx, stream)
+        if self._streams().owns(stream):
+            return _ok(location=self.address)
+        if not await self.namespace.log_exists(stream):
+            raise LogNotFoundError(f"stream {stream!r} does not exist")
+        holder = await self._holder(stream)
+        if holder is None:
+            raise StreamUnavailableError(f"no proxy owns stream {stream!r}")
+        raise _owned_by(stream, holder)
 
     async def _holder(self, stream: str) -> str | None:
         """The address of the other proxy holding ``stream``'s lock, if one does."""

@@ -268,9 +268,7 @@ class StreamManager:
             # always all are (cheaper than gathering each).
             await asyncio.wait(futures[-1:])
             if all(f.done() for f in futures):
-                results: list[Any] = [
-                    f.exception() if f.exception() is not None else f.result() for f in futures
-                ]
+                results: list[Any] = [f.exception() or f.result() for f in futures]
             else:
                 results = await asyncio.gather(*futures, return_exceptions=True)
         finally:
