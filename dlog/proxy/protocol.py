@@ -2,8 +2,8 @@
 thrift's framed transport and binary protocol.
 
 The IDL is ``proto/distributedlog_service.thrift`` (upstream's names, field
-ids and status codes; a byte-identical copy ships inside this package, and
-a test keeps the two the same). thriftpy2 builds the message classes from it
+ids and status codes; this package's ``distributedlog_service.thrift`` is a
+link to it, so a wheel carries it). thriftpy2 builds the message classes from it
 at import time. Everything here is a pure codec: bytes in, structs out, and
 back. The server and the client (:mod:`dlog.proxy`) build the structs and
 move the frames.
