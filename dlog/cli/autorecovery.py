@@ -9,7 +9,16 @@ from pathlib import Path
 
 import typer
 
-from dlog.cli.common import ConfOption, SetOption, fail, load_config, setup_logging
+from dlog.cli.common import (
+    ConfOption,
+    GrpcPortOption,
+    LogLevelOption,
+    SetOption,
+    fail,
+    load_config,
+    setup_logging,
+    with_grpc_port,
+)
 from dlog.conf.bookie import BookieConfig
 from dlog.errors import DLogError
 
@@ -74,15 +83,8 @@ def autorecovery(
         "--id",
         help="Auditor candidate and lock owner id (default: the bookie id the configuration gives).",
     ),
-    grpc_port: int | None = typer.Option(
-        None,
-        "--grpc-port",
-        help="Serve gRPC health and admin on this port (0 = any free port); "
-        "sets grpcServerEnabled=true and grpcServerPort.",
-    ),
-    log_level: str | None = typer.Option(
-        None, "--log-level", help="DEBUG, INFO, WARNING or ERROR."
-    ),
+    grpc_port: int | None = GrpcPortOption,
+    log_level: str | None = LogLevelOption,
 ) -> None:
     """Run AutoRecovery (auditor candidate and replication worker) until SIGTERM or Ctrl-C.
 
@@ -91,11 +93,7 @@ def autorecovery(
     inside its own process."""
     setup_logging(log_level)
     try:
-        config = load_config(BookieConfig, conf, set_)
-        if grpc_port is not None:
-            config = config.with_overrides(
-                {"grpcServerEnabled": True, "grpcServerPort": grpc_port}, "--grpc-port"
-            )
+        config = with_grpc_port(load_config(BookieConfig, conf, set_), grpc_port)
     except DLogError as e:
         raise fail(str(e), 2) from None
     try:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from dlog.cli.common import ConfOption, SetOption, fail, load_config, setup_logging
+from dlog.cli.common import ConfOption, LogLevelOption, SetOption, fail, load_config, setup_logging
 from dlog.conf.bookie import BookieConfig
 from dlog.errors import DLogError
 
@@ -14,9 +14,7 @@ from dlog.errors import DLogError
 def bookie(
     conf: Path | None = ConfOption,
     set_: list[str] | None = SetOption,
-    log_level: str | None = typer.Option(
-        None, "--log-level", help="DEBUG, INFO, WARNING or ERROR."
-    ),
+    log_level: str | None = LogLevelOption,
 ) -> None:
     """Run a bookie until SIGTERM or Ctrl-C (then it flushes, checkpoints and unregisters)."""
     setup_logging(log_level)

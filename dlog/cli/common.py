@@ -33,6 +33,13 @@ T = TypeVar("T")
 ConfOption = typer.Option(None, "--conf", "-c", help="Configuration file (Java properties).")
 SetOption = typer.Option(None, "--set", "-s", help="Override a setting: key=value (repeatable).")
 ForceOption = typer.Option(False, "--force", "-f", help="Do not ask for confirmation.")
+LogLevelOption = typer.Option(None, "--log-level", help="DEBUG, INFO, WARNING or ERROR.")
+GrpcPortOption = typer.Option(
+    None,
+    "--grpc-port",
+    help="Serve gRPC health and admin on this port (0 = any free port); "
+    "sets grpcServerEnabled=true and grpcServerPort.",
+)
 UriOption = typer.Option(
     None,
     "--uri",
@@ -74,6 +81,15 @@ def load_config(
     sets_values = parse_set_options(sets or [])
     given = {k: v for k, v in extra.items() if v is not None}
     return cls.load(conf, sets_values, overrides_source="--set", defaults=defaults, **given)
+
+
+def with_grpc_port(config: C, grpc_port: int | None) -> C:
+    """``config`` with what ``--grpc-port`` sets, if given."""
+    if grpc_port is None:
+        return config
+    return config.with_overrides(
+        {"grpcServerEnabled": True, "grpcServerPort": grpc_port}, "--grpc-port"
+    )
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

@@ -9,7 +9,16 @@ from pathlib import Path
 
 import typer
 
-from dlog.cli.common import ConfOption, SetOption, fail, load_config, setup_logging
+from dlog.cli.common import (
+    ConfOption,
+    GrpcPortOption,
+    LogLevelOption,
+    SetOption,
+    fail,
+    load_config,
+    setup_logging,
+    with_grpc_port,
+)
 from dlog.conf.dlog import DLogConfig
 from dlog.errors import DLogError
 
@@ -104,15 +113,8 @@ def proxy(
         help="The host clients and other proxies reach this one at (default: --host, or "
         "this machine's address when listening on 0.0.0.0).",
     ),
-    grpc_port: int | None = typer.Option(
-        None,
-        "--grpc-port",
-        help="Serve gRPC health and admin on this port (0 = any free port); "
-        "sets grpcServerEnabled=true and grpcServerPort.",
-    ),
-    log_level: str | None = typer.Option(
-        None, "--log-level", help="DEBUG, INFO, WARNING or ERROR."
-    ),
+    grpc_port: int | None = GrpcPortOption,
+    log_level: str | None = LogLevelOption,
 ) -> None:
     """Run a write proxy (DistributedLog's DistributedLogService over thrift)
     until SIGTERM or Ctrl-C.
@@ -122,11 +124,7 @@ def proxy(
     proxy asked for a stream owned by another answers FOUND with the owner."""
     setup_logging(log_level)
     try:
-        config = load_config(DLogConfig, conf, set_)
-        if grpc_port is not None:
-            config = config.with_overrides(
-                {"grpcServerEnabled": True, "grpcServerPort": grpc_port}, "--grpc-port"
-            )
+        config = with_grpc_port(load_config(DLogConfig, conf, set_), grpc_port)
         if port is not None and not 0 <= port <= 65535:
             raise DLogError(f"--port {port} is not a TCP port")
     except DLogError as e:
