@@ -18,7 +18,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -196,7 +196,6 @@ async def _copy_stdin_to_proxy(
     """Lines of stdin in bulks (in order, one bulk in flight): (count, last DLSN)."""
     count = 0
     last: DLSN | None = None
-    chunks = _StdinChunks(sys.stdin.buffer, asyncio.get_running_loop())
     bar = _progress() if show_progress else None
     task = bar.add_task("write", total=None) if bar else None
     batch: list[bytes] = []
@@ -214,27 +213,33 @@ async def _copy_stdin_to_proxy(
                 bar.update(task, completed=count)
 
     with bar or contextlib.nullcontext():
-        rest = b""
-        while True:
-            chunk = await chunks.next()
-            if chunk:
-                lines = (rest + chunk).split(b"\n")
-                rest = lines.pop()
-            else:
-                lines, rest = ([rest] if rest else []), b""
+        async for lines in _stdin_lines():
             for line in lines:
-                if line.endswith(b"\r"):
-                    line = line[:-1]
                 if batch and (
                     len(batch) >= PROXY_BULK_RECORDS or size + len(line) > PROXY_BULK_BYTES
                 ):
                     await send()
                 batch.append(line)
                 size += len(line) + 16
-            if not chunk:
-                break
         await send()
     return count, last
+
+
+async def _stdin_lines() -> AsyncIterator[list[bytes]]:
+    """stdin's lines, a chunk's worth at a time, without their line endings
+    (``\\n`` or ``\\r\\n``); a last line without one counts."""
+    chunks = _StdinChunks(sys.stdin.buffer, asyncio.get_running_loop())
+    rest = b""
+    while True:
+        chunk = await chunks.next()
+        if chunk:
+            lines = (rest + chunk).split(b"\n")
+            rest = lines.pop()
+        else:
+            lines, rest = ([rest] if rest else []), b""
+        yield [line[:-1] if line.endswith(b"\r") else line for line in lines]
+        if not chunk:
+            return
 
 
 async def _open_stream(ns: Namespace, stream: str) -> tuple[LogManager, bool]:
@@ -322,21 +327,11 @@ async def _copy_stdin(writer: LogWriter, txid: int, show_progress: bool) -> tupl
     window: collections.deque[asyncio.Future[DLSN]] = collections.deque()
     count = 0
     last: DLSN | None = None
-    chunks = _StdinChunks(sys.stdin.buffer, asyncio.get_running_loop())
     bar = _progress() if show_progress else None
     task = bar.add_task("write", total=None) if bar else None
     with bar or contextlib.nullcontext():
-        rest = b""
-        while True:
-            chunk = await chunks.next()
-            if chunk:
-                lines = (rest + chunk).split(b"\n")
-                rest = lines.pop()
-            else:
-                lines, rest = ([rest] if rest else []), b""
+        async for lines in _stdin_lines():
             for line in lines:
-                if line.endswith(b"\r"):
-                    line = line[:-1]
                 window.append(writer.write_nowait(LogRecord(txid, line)))
                 txid += 1
                 count += 1
@@ -344,8 +339,6 @@ async def _copy_stdin(writer: LogWriter, txid: int, show_progress: bool) -> tupl
                 last = await window.popleft()
             if bar is not None and task is not None:
                 bar.update(task, completed=count)
-            if not chunk:
-                break
         await writer.flush()
         for fut in window:
             last = await fut
