@@ -107,3 +107,14 @@ def stop(proc: subprocess.Popen[str]) -> tuple[int, str]:
         raise
     assert proc.stderr is not None
     return code, proc.stderr.read()
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (nothing may reap the orphaned processes of
+    a detached sandbox)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")

@@ -10,18 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli import dlog, error_line, ok
+from tests.cli import dlog, error_line, ok, running
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
-
-
-def alive(pid: int) -> bool:
-    """Running and not a zombie (nothing may reap the orphaned processes)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 def test_sandbox_proxies_and_dlog_write_through_them(tmp_path: Path) -> None:
@@ -32,7 +23,7 @@ def test_sandbox_proxies_and_dlog_write_through_them(tmp_path: Path) -> None:
         state = json.loads((d / "sandbox.json").read_text())
         proxies = state["proxies"]
         assert [p["index"] for p in proxies] == [0, 1]
-        assert all(alive(p["pid"]) for p in proxies)
+        assert all(running(p["pid"]) for p in proxies)
         endpoints = ",".join(p["endpoint"] for p in proxies)
         assert f"write proxies:        {endpoints}" in out
 
@@ -57,7 +48,7 @@ def test_sandbox_proxies_and_dlog_write_through_them(tmp_path: Path) -> None:
         assert "proxy-0" in status and "proxy-1" in status and "all processes alive" in status
 
         ok(dlog("sandbox", "stop", "--dir", str(d)))
-        assert not any(alive(p["pid"]) for p in proxies)
+        assert not any(running(p["pid"]) for p in proxies)
         stopped = json.loads((d / "sandbox.json").read_text())
         assert [p["pid"] for p in stopped["proxies"]] == [None, None]
         # The proxies stopped gracefully: they released their streams.

@@ -17,6 +17,7 @@ import pytest
 from dlog.conf.dlog import DLogConfig
 from dlog.namespace import Namespace
 from dlog.record import LogRecord
+from tests.cli import running
 
 pytestmark = pytest.mark.integration
 
@@ -36,15 +37,6 @@ def dlog(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
 def ok(r: subprocess.CompletedProcess[str]) -> str:
     assert r.returncode == 0, f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
     return r.stdout
-
-
-def running(pid: int) -> bool:
-    """Alive and not a zombie (nothing may reap the orphaned processes)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 def all_pids(state: dict) -> list[int]:
