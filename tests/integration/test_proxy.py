@@ -18,6 +18,7 @@ from dlog.errors import (
     LogExistsError,
     OverCapacityError,
     RecordTooLargeError,
+    WriteOutcomeUnknownError,
 )
 from dlog.namespace import Namespace
 from dlog.proxy import Client
@@ -386,3 +387,67 @@ async def test_graceful_shutdown_answers_down_first(make_proxy: MakeProxy) -> No
     assert loop.time() - started >= 0.8
     assert not proxy.streams.owns("g")  # type: ignore[union-attr]
     raw.close()
+
+
+async def test_a_proxy_told_the_owner_is_unreachable_waits_for_its_lock(
+    make_proxy: MakeProxy,
+) -> None:
+    """A lock held by a proxy nobody can reach (its session not yet
+    expired): asked plainly, the proxy answers FOUND at once; asked with
+    the owner in triedHosts, it waits for the lock and takes the stream."""
+    from dlog.lock import MEMBER_PREFIX
+
+    proxy = await make_proxy(lockTimeoutSeconds=20)
+    ns = proxy.namespace
+    lm = await ns.open_log("orphaned")
+    dead = wire.format_owner("127.0.0.1", 1)
+    node = await ns.zk.create(
+        f"{lm.context.paths.lock}/{MEMBER_PREFIX}",
+        dead.encode(),
+        ephemeral=True,
+        sequence=True,
+        makepath=True,
+    )
+    raw = await Raw.open(proxy)
+    found = await raw.call("write", stream="orphaned", data=b"x")
+    assert (found.header.code, found.header.location) == (CODES.FOUND, dead)
+
+    # The dead owner's session expires 0.5 s later (its node goes).
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.5, lambda: asyncio.ensure_future(ns.zk.delete(node)))
+    started = loop.time()
+    tried = T.WriteContext(triedHosts={"127.0.0.1:1"})
+    r = await raw.call("writeWithContext", stream="orphaned", data=b"y", ctx=tried)
+    assert r.header.code == CODES.SUCCESS, r
+    assert loop.time() - started >= 0.4
+    assert proxy.streams.owns("orphaned")  # type: ignore[union-attr]
+    raw.close()
+
+
+async def test_a_write_whose_answer_is_lost_is_not_sent_again(make_proxy: MakeProxy) -> None:
+    """A proxy that takes a write and drops the connection before answering:
+    the client raises WriteOutcomeUnknownError and sends the write nowhere
+    else (it may have been written)."""
+    proxy = await make_proxy()
+    received: list[bytes] = []
+
+    async def drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        (size,) = struct.unpack(">i", await reader.readexactly(4))
+        received.append(await reader.readexactly(size))
+        writer.close()
+
+    black_hole = await asyncio.start_server(drop, "127.0.0.1", 0)
+    hole = f"127.0.0.1:{black_hole.sockets[0].getsockname()[1]}"
+    try:
+        async with Client([hole, proxy.endpoint]) as client:
+            client.owners["lost"] = hole  # as a handshake or FOUND would have said
+            with pytest.raises(WriteOutcomeUnknownError):
+                await client.write("lost", b"maybe")
+            assert len([f for f in received if b"writeWithContext" in f]) == 1
+            assert not await proxy.namespace.log_exists("lost")
+            # Repeatable operations move on to the next proxy.
+            client.owners["lost"] = hole
+            await client.create("lost")
+            assert await proxy.namespace.log_exists("lost")
+    finally:
+        black_hole.close()
