@@ -206,7 +206,7 @@ class ProcessStatus:
     """One row of :meth:`Sandbox.status`."""
 
     name: str  # "zookeeper" or "bookie-<index>"
-    index: int | None  # bookie index, None for ZooKeeper
+    index: int | None  # bookie or proxy index, None for ZooKeeper
     address: str  # host:port (a bookie's id)
     pid: int | None
     alive: bool  # the process runs
@@ -402,15 +402,17 @@ class Sandbox:
         return any(p.alive() for p in self._procs())
 
     def status(self) -> list[ProcessStatus]:
+        """ZooKeeper, then the bookies, then the proxies (each group indexed from 0)."""
+        indexed: list[tuple[int | None, _Proc]] = [(None, self.zookeeper)]
+        indexed += list(enumerate(self.bookies))
+        indexed += list(enumerate(self.proxies))
         rows = []
-        for i, p in enumerate(self._procs()):
+        for index, p in indexed:
             alive = p.alive()
             rows.append(
                 ProcessStatus(
                     name=p.name,
-                    index=None
-                    if i == 0
-                    else (i - 1 if i <= len(self.bookies) else i - 1 - len(self.bookies)),
+                    index=index,
                     address=p.address,
                     pid=p.pid if alive else None,
                     alive=alive,
