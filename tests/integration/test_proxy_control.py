@@ -95,3 +95,29 @@ def test_health_follows_accepting_new_streams(proxy: ProxyProcess) -> None:
             pass
     assert seen and seen[0] == NOT_SERVING, seen
     assert proxy.stop() == 0
+
+
+def test_the_proxy_control_plane_settings(sandbox: Sandbox) -> None:
+    """grpcServerEnabled, grpcServerAddress and grpcServerPort from the
+    proxy's configuration (not --grpc-port)."""
+    p = ProxyProcess(
+        sandbox.namespace_uri,
+        "grpcServerEnabled=true",
+        "grpcServerAddress=127.0.0.2",
+        "grpcServerPort=0",
+    )
+    try:
+        assert p.grpc_port
+        with grpc.insecure_channel(f"127.0.0.2:{p.grpc_port}") as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            reply = stub.Check(health_pb2.HealthCheckRequest(service="dlog.proxy"), timeout=5)
+            assert reply.status == SERVING
+        with pytest.raises(grpc.RpcError):
+            status(p.grpc_port, "")  # 127.0.0.1: nothing listens there
+    finally:
+        assert p.stop() == 0
+    off = ProxyProcess(sandbox.namespace_uri)
+    try:
+        assert off.grpc_port is None  # grpcServerEnabled defaults to false
+    finally:
+        off.stop()
