@@ -19,8 +19,12 @@ and stops it when the election is lost. It follows upstream's ``Auditor``:
   delayed lost-bookie audit is pending.
 * **Periodic entries check** every ``auditorPeriodicCheckInterval`` (0:
   never), first run timed from ``checkallledgersctime`` as upstream does:
-  asks each bookie of each ledger which entries it holds
-  (:mod:`dlog.ledger.checker`). Skipped while a delayed audit is pending
+  asks each bookie of each ledger which entries it holds, and reads the
+  first and last entry of each of its fragments plus
+  ``auditorLedgerVerificationPercentage`` percent of the others, each
+  verified by the ledger's digest (upstream only checks the reads succeed;
+  dlog also verifies digests, so a corrupt replica on a live bookie is
+  marked) (:mod:`dlog.ledger.checker`). Skipped while a delayed audit is pending
   or replication is disabled; records ``checkallledgersctime`` when done.
 * **Orphan audit** (BP-44, a dlog extension) every
   ``orphanedLedgerCheckInterval`` (znode initialized from
@@ -333,8 +337,10 @@ class Auditor:
         return await self._mark(found, "bookie")
 
     async def check_all_ledgers(self) -> int:
-        """Ask each bookie of each ledger which entries it holds and mark
-        the ledgers with entries missing; records checkallledgersctime.
+        """Ask each bookie of each ledger which entries it holds, read and
+        digest-verify a sample of them (auditorLedgerVerificationPercentage),
+        and mark the ledgers with entries missing or bad; records
+        checkallledgersctime.
         Returns how many ledgers were marked (0 while replication is
         disabled: the check is skipped)."""
         if not await self.urm.is_replication_enabled():
@@ -357,7 +363,9 @@ class Auditor:
         watcher = asyncio.get_running_loop().create_task(refresh_enabled())
         try:
             found = await checker.find_ledgers_missing_entries(
-                self.bk, should_continue=lambda: enabled
+                self.bk,
+                should_continue=lambda: enabled,
+                percentage=self.conf.auditor_ledger_verification_percentage,
             )
         finally:
             watcher.cancel()

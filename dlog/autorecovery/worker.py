@@ -17,8 +17,13 @@ re-replication is disabled), then :func:`~dlog.ledger.replicator.replicate_ledge
 
 Like upstream's worker it does not trust the mark's list of bookies: the
 fragments to copy are those on unregistered bookies and those whose live
-bookie misses entries (GetListOfEntriesOfLedger); a mark nothing backs any
-longer (the bookie came back with its data) is simply removed.
+bookie misses entries (GetListOfEntriesOfLedger) or serves a sampled entry
+that is unreadable or fails its digest (``auditorLedgerVerificationPercentage``,
+the auditor's own verification; so a corrupt replica on a live bookie is
+replaced); a mark nothing backs any longer (the bookie came back with its
+data) is simply removed. The worker samples as its own configuration says:
+give it the auditor's percentage, or a bad middle entry the auditor found
+may not be found again and the mark is dropped.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ class ReplicationWorker:
         self.open_grace = conf.open_ledger_rereplication_grace_period / 1000.0
         self.failed_grace = conf.lock_release_of_failed_ledger_grace_period / 1000.0
         self.backoff = conf.rw_rereplicate_backoff_ms / 1000.0
+        self.verify_percentage = conf.auditor_ledger_verification_percentage
         self._task: asyncio.Task[None] | None = None
         self._deferred = BackgroundTasks()
         self._current: int | None = None
@@ -118,7 +124,11 @@ class ReplicationWorker:
         self._current = ledger_id
         try:
             outcome = await replicate_ledger(
-                self.bk, ledger_id, batch_size=self.batch_size, check_entries=True
+                self.bk,
+                ledger_id,
+                batch_size=self.batch_size,
+                check_entries=True,
+                verify_percentage=self.verify_percentage,
             )
         except asyncio.CancelledError:
             raise
@@ -167,6 +177,7 @@ class ReplicationWorker:
                 batch_size=self.batch_size,
                 fence_open=True,
                 check_entries=True,
+                verify_percentage=self.verify_percentage,
             )
         except Exception as e:
             log.warning("ledger %d: fencing to re-replicate failed: %s", ledger_id, e)

@@ -1,9 +1,10 @@
-"""``dlog shell`` commands for AutoRecovery: listunderreplicated, autorecovery, lostbookierecoverydelay, whoisauditor.
+"""``dlog shell`` commands for AutoRecovery: listunderreplicated, autorecovery, lostbookierecoverydelay, whoisauditor, verifyledgers.
 
 They register on :data:`dlog.cli.shell.app`, imported by :mod:`dlog.cli` right after it.
 They speak to ZooKeeper only (no bookie is needed), reading and writing
 BookKeeper's own under-replication znodes, so they work on a cluster whose
-auditor is Java BookKeeper's too.
+auditor is Java BookKeeper's too; verifyledgers (a dlog extension) reads
+entries from the bookies.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from rich.markup import escape as _esc
 from rich.table import Table
 
 from dlog.cli.common import ConfOption, SetOption, console, err_console, fail, setup_logging
-from dlog.cli.shell import ServiceUriOption, app, client_config
+from dlog.cli.shell import ServiceUriOption, app, client_config, run_client
 from dlog.errors import DLogError
 from dlog.zk import ZooKeeper
 
@@ -242,3 +243,43 @@ def who_is_auditor(
     if auditor is None:
         raise fail("no auditor elected: no bookie or `dlog autorecovery` runs AutoRecovery")
     print(auditor)
+
+
+@app.command("verifyledgers")
+def verify_ledgers(
+    ledger_ids: list[int] | None = typer.Option(
+        None, "--ledger-id", "--ledgerid", "-l", help="Only this ledger (repeatable).", min=0
+    ),
+    percentage: int = typer.Option(
+        100,
+        "--percentage",
+        help="Of each fragment's entries between its first and last (always read), "
+        "as auditorLedgerVerificationPercentage.",
+        min=0,
+        max=100,
+    ),
+    service_uri: str | None = ServiceUriOption,
+    conf: Path | None = ConfOption,
+    set_: list[str] | None = SetOption,
+) -> None:
+    """Read what each bookie should hold of each ledger and verify every
+    entry by the ledger's digest; list the missing, unreadable or corrupt
+    replicas (exit 1 when there is any). A dlog extension: the auditor's
+    verification (auditorLedgerVerificationPercentage), run on demand."""
+    from dlog.ledger import checker
+    from dlog.ledger.client import BookKeeper
+
+    async def body(bk: BookKeeper) -> list[checker.BadReplica]:
+        return await checker.verify_ledgers(bk, ledger_ids or None, percentage=percentage)
+
+    bad = run_client(service_uri, conf, body, set_)
+    if not bad:
+        console.print("every replica verifies")
+        return
+    table = Table(title=f"{len(bad)} bad replica(s)")
+    for name in ("ledger", "entry", "bookie", "problem", "detail"):
+        table.add_column(name)
+    for b in bad:
+        table.add_row(str(b.ledger_id), str(b.entry_id), b.bookie, b.reason, _esc(b.detail))
+    console.print(table)
+    raise typer.Exit(1)

@@ -431,6 +431,19 @@ class BookieConfig(Config):
         min=0,
         unit="s",
     )
+    auditor_ledger_verification_percentage: int = setting(
+        "auditorLedgerVerificationPercentage",
+        0,
+        "The percentage of a ledger fragment's entries the periodic entries check (and a "
+        "replication worker deciding what to copy) reads from each bookie that should hold "
+        "them, besides the fragment's first and last entries, which are always read (0 = "
+        "only those). An entry that is missing, cannot be read or fails its digest check "
+        "marks the fragment bad on that bookie. Upstream only checks that reads succeed; "
+        "dlog also verifies each entry's digest, so a corrupt replica on a live bookie is "
+        "replaced.",
+        min=0,
+        max=100,
+    )
     auditor_periodic_orphaned_ledger_check_interval: int = setting(
         "auditorPeriodicOrphanedLedgerCheckInterval",
         3600,

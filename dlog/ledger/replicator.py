@@ -7,7 +7,11 @@ What upstream's ``LedgerFragmentReplicator`` and
    mark's missing replicas, a bookie being decommissioned), on a bookie
    that is not registered (neither writable nor read-only), and optionally
    those whose bookie lacks entries it should have
-   (GetListOfEntriesOfLedger).
+   (GetListOfEntriesOfLedger) or, with a verification percentage
+   (``auditorLedgerVerificationPercentage``), serves a sampled entry that
+   is unreadable or fails its digest
+   (:func:`dlog.ledger.checker.verify_fragment`, the auditor's own check):
+   such a corrupt replica on a live bookie is replaced like a lost one.
 2. The last ensemble of a ledger that is not closed is *open*: its writer
    may still add to it, so it is left alone unless ``fence_open`` is set;
    then the ledger is recovered first (fenced and closed), as upstream's
@@ -56,6 +60,7 @@ from dlog.errors import (
     ReadError,
     error_for_status,
 )
+from dlog.ledger import checker
 from dlog.ledger.digest import DigestManager
 from dlog.ledger.fragments import Fragment, fragments_on, missing_entries, stored_entries
 from dlog.ledger.metadata import LedgerMetadata
@@ -136,12 +141,17 @@ async def find_fragments(
     bookies: Collection[str] = (),
     *,
     check_entries: bool = False,
+    verify_percentage: int | None = None,
 ) -> list[Fragment]:
     """The fragments of ``md`` that need copying: on one of ``bookies``, on
     an unregistered bookie, or (``check_entries``) closed fragments whose
-    registered bookie does not list every entry it should store."""
+    registered bookie does not list every entry it should store, or (with
+    ``verify_percentage`` too) serves a sampled entry that is missing,
+    unreadable or fails its digest (a bookie that cannot be asked is not
+    judged)."""
     available = _available(bk)
     bad = set(fragments_on(md, bookies, available=available))
+    reads = asyncio.Semaphore(checker.DEFAULT_READ_CONCURRENCY)
     if check_entries:
         timeout = bk.conf.read_entry_timeout_sec
         listed: dict[str, list[int] | None] = {}
@@ -158,8 +168,16 @@ async def find_fragments(
                     log.info("ledger %d: cannot list entries on %s: %s", md.ledger_id, f.bookie, e)
                     listed[f.bookie] = None
             present = listed[f.bookie]
-            if present is not None and missing_entries(md, f, present):
+            if present is None:
+                continue
+            if missing_entries(md, f, present):
                 bad.add(f)
+            elif verify_percentage is not None:
+                found = await checker.verify_fragment(
+                    bk, md, f, percentage=verify_percentage, reads=reads
+                )
+                if any(b.judged for b in found):
+                    bad.add(f)
     return sorted(bad)
 
 
@@ -171,10 +189,12 @@ async def replicate_ledger(
     batch_size: int = 10,
     fence_open: bool = False,
     check_entries: bool = False,
+    verify_percentage: int | None = None,
 ) -> ReplicationOutcome:
     """Copy every fragment of ``ledger_id`` that lives on one of ``bookies``
     or on an unregistered bookie (and with ``check_entries``, whose bookie
-    misses entries) to a new bookie, and point the metadata at it.
+    misses entries or, with ``verify_percentage``, serves a bad one; see
+    :func:`find_fragments`) to a new bookie, and point the metadata at it.
 
     Errors copying one ensemble's fragments are recorded in the outcome
     (``failed``) and the others still go ahead; the caller checks
@@ -186,7 +206,9 @@ async def replicate_ledger(
     store = LedgerMetadataStore(bk.zk, bk.metadata_store.ledgers_root, -1)
     try:
         md, _ = await store.read(ledger_id)
-        bad = await find_fragments(bk, md, targets, check_entries=check_entries)
+        bad = await find_fragments(
+            bk, md, targets, check_entries=check_entries, verify_percentage=verify_percentage
+        )
         if fence_open and any(not f.is_closed for f in bad):
             log.warning(
                 "ledger %d: its open last ensemble lost a replica; recovering (fencing) it",
@@ -198,7 +220,9 @@ async def replicate_ledger(
             if outcome.fenced:
                 metrics.fenced.inc()
             md, _ = await store.read(ledger_id)
-            bad = await find_fragments(bk, md, targets, check_entries=check_entries)
+            bad = await find_fragments(
+                bk, md, targets, check_entries=check_entries, verify_percentage=verify_percentage
+            )
     except NoSuchLedgerError:
         outcome.deleted = True
         return outcome
