@@ -34,6 +34,32 @@ _OP_LABELS = {op: name.lower() for op, name in m.OP_NAMES.items()}
 ADD = "add"
 READ = "read"
 
+#: A refused request is logged at most once per this many seconds per kind:
+#: any client can send them by the million (the metrics count every one).
+BAD_REQUEST_LOG_EVERY = 10.0
+
+
+class _RefusalLog:
+    """One log line per kind of refusal per :data:`BAD_REQUEST_LOG_EVERY`,
+    saying how many went unlogged since; without it, a client sending
+    malformed requests fills the bookie's disk with its log."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}
+        self._skipped: dict[str, int] = {}
+
+    def __call__(self, kind: str, level: int, msg: str, *args: object) -> None:
+        now = time.monotonic()
+        if now - self._last.get(kind, -BAD_REQUEST_LOG_EVERY) < BAD_REQUEST_LOG_EVERY:
+            self._skipped[kind] = self._skipped.get(kind, 0) + 1
+            return
+        self._last[kind] = now
+        skipped = self._skipped.pop(kind, 0)
+        if skipped:
+            msg += " (and %d more since the last report)"
+            args = (*args, skipped)
+        log.log(level, msg, *args)
+
 
 class Responder(Protocol):
     def send(self, response: Response) -> None: ...
@@ -47,6 +73,7 @@ class RequestProcessor:
         self.metrics = bookie.metrics
         self._labels: dict[tuple[int, int], tuple[str, str]] = {}
         self._tasks = BackgroundTasks()
+        self._refusal_log = _RefusalLog()
         self.adds_in_progress = 0
         self.reads_in_progress = 0
         #: High-water marks since start: a limit that was ever exceeded shows here.
@@ -90,7 +117,9 @@ class RequestProcessor:
     def handle(self, req: Request, conn: Responder) -> None:
         problem = m.request_problem(req)
         if problem is not None:
-            log.warning("bad request (txn %d): %s", req.header.txnId, problem)
+            self._refusal_log(
+                "bad", logging.WARNING, "bad request (txn %d): %s", req.header.txnId, problem
+            )
             self._count(req.header.operation, EBADREQ)
             conn.send(m.error_response(req, EBADREQ))
             return
@@ -114,8 +143,12 @@ class RequestProcessor:
             elif op == m.GET_LIST_OF_ENTRIES_OF_LEDGER:
                 self._tasks.spawn(self._list_of_entries(req, conn))
             else:
-                log.info(
-                    "unsupported operation %s (txn %d)", m.OP_NAMES.get(op, op), req.header.txnId
+                self._refusal_log(
+                    "unsupported",
+                    logging.INFO,
+                    "unsupported operation %s (txn %d)",
+                    m.OP_NAMES.get(op, op),
+                    req.header.txnId,
                 )
                 self._count(op, EBADREQ)
                 conn.send(m.error_response(req, EBADREQ))
