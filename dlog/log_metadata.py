@@ -128,6 +128,8 @@ UNASSIGNED_SEQNO = 0
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
 _DECIMAL = re.compile(r"0|-?[1-9][0-9]*", re.ASCII)
+#: Longest decimal int64 text: ``-9223372036854775808``.
+_INT64_TEXT_MAX = 20
 _READ_CONCURRENCY = 32
 _CAS_ATTEMPTS = 10
 _LIST_ATTEMPTS = 5
@@ -211,6 +213,10 @@ def decode_long(data: bytes, what: str) -> int:
         text = None
     if text is None or not _DECIMAL.fullmatch(text):
         raise MetadataError(f"{what}: expected a decimal integer, found {bytes(data)[:60]!r}")
+    if len(text) > _INT64_TEXT_MAX:  # before int(): it refuses > 4300 digits with ValueError
+        raise MetadataError(
+            f"{what}: {text[:40]}... ({len(text)} digits) is outside the int64 range"
+        )
     value = int(text)
     if not _INT64_MIN <= value <= _INT64_MAX:
         raise MetadataError(f"{what}: {text} is outside the int64 range")
@@ -836,11 +842,13 @@ class NamespaceBinding:
             doc = json.loads("".join(lines[2:]))
         except ValueError as e:
             raise MetadataError(f"{where}: BKDLConfig is not thrift JSON: {e}") from None
+        except RecursionError:  # json nests by recursion: "[[[[..." must not escape
+            raise MetadataError(f"{where}: BKDLConfig is nested too deeply") from None
         if not isinstance(doc, dict):
             raise MetadataError(f"{where}: BKDLConfig is not a thrift struct")
         kw: dict[str, Any] = {}
         for key, field in doc.items():
-            if not key.isascii() or not key.isdigit():
+            if not key.isascii() or not key.isdigit() or len(key) > 5:  # thrift ids are i16
                 raise MetadataError(f"{where}: BKDLConfig field id {key!r} is not a number")
             spec = _BKDL_FIELDS.get(int(key))
             if spec is None:
