@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 from pathlib import Path
 
 from google.protobuf import text_format
@@ -26,6 +27,9 @@ log = logging.getLogger(__name__)
 LAYOUT_VERSION = 5
 VERSION_FILE = "VERSION"
 SEPARATOR = "\t"
+_LAYOUT_VERSION = re.compile(r"[+-]?[0-9]{1,9}", re.ASCII)
+#: What Java's String.trim() removes: every char up to and including space.
+_JAVA_TRIM = "".join(map(chr, range(33)))
 
 
 def encode_dirs(dirs: list[str]) -> str:
@@ -62,10 +66,18 @@ class Cookie:
     def decode(cls, data: bytes, where: str) -> Cookie:
         try:
             text = data.decode()
-            first, _, rest = text.partition("\n")
-            version = int(first.strip())
-        except (UnicodeDecodeError, ValueError):
-            raise InvalidCookieError(f"{where}: cookie is not readable") from None
+        except UnicodeDecodeError:
+            raise InvalidCookieError(f"{where}: cookie is not readable (not UTF-8)") from None
+        first, _, rest = text.partition("\n")
+        # A plain decimal, as BookKeeper's Integer.parseInt reads it: Python's
+        # int() would also take "5_0" (50) and non-ASCII digits.
+        first = first.strip(_JAVA_TRIM)
+        if not _LAYOUT_VERSION.fullmatch(first):
+            raise InvalidCookieError(
+                f"{where}: cookie is not readable (layout version {first[:20]!r} "
+                "is not a decimal integer)"
+            )
+        version = int(first)
         if version == 3:
             lines = rest.splitlines()
             if len(lines) < 3:
