@@ -119,7 +119,13 @@ def parse_meta_payload(record: bytes) -> bytes:
         raise CorruptedFileError("journal meta-record is truncated")
     (n,) = _LEN.unpack_from(record, 16)
     if n < 0 or 20 + n > len(record):
-        raise CorruptedFileError("journal meta-record has a bad length")
+        raise CorruptedFileError(
+            f"journal meta-record has a bad length: {n} payload bytes in a {len(record)}-byte record"
+        )
+    if 20 + n < len(record):  # BookKeeper writes nothing after the payload
+        raise CorruptedFileError(
+            f"journal meta-record has {len(record) - 20 - n} bytes after its {n}-byte payload"
+        )
     return record[20 : 20 + n]
 
 
