@@ -87,6 +87,11 @@ def parse_header(data: bytes, path: Path | str) -> tuple[int, int]:
         raise CorruptedFileError(f"{path}: not an entry log (bad magic)")
     if version != VERSION:
         raise CorruptedFileError(f"{path}: unsupported entry log version {version}")
+    if map_offset < 0 or count < 0:
+        raise CorruptedFileError(
+            f"{path}: entry log header has a negative ledgers map offset {map_offset} "
+            f"or count {count}"
+        )
     return map_offset, count
 
 
