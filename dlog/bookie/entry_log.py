@@ -486,22 +486,27 @@ class EntryLogger:
         return out
 
     def scan(self, log_id: int) -> Iterator[tuple[int, int, int, int]]:
-        """Yield (ledgerId, entryId, location, size) of every entry in a log."""
+        """Yield (ledgerId, entryId, location, size) of every entry in a log.
+
+        An unsealed log (a crash) ends quietly at its torn tail: a length
+        that is zero or runs past the end of the file. In a sealed log the
+        entries end exactly where the ledgers map starts, so stopping
+        anywhere else is corruption and raises :class:`CorruptedFileError`
+        (a compaction must not copy part of a log and then delete it)."""
         path = self.path_of(log_id)
         # Record headers only, through a buffered reader: a log is up to
         # logSizeLimit (1 GiB by default) and must not be read into memory.
         with open(path, "rb", buffering=1 << 20) as f:
             map_offset, _ = parse_header(f.read(HEADER_SIZE), path)
-            end = map_offset if map_offset > 0 else os.fstat(f.fileno()).st_size
+            sealed = map_offset > 0
+            end = map_offset if sealed else os.fstat(f.fileno()).st_size
             pos = HEADER_SIZE
             f.seek(pos)
             while pos + 4 <= end:
                 head = f.read(20)
-                if len(head) < 4:
-                    return
-                (n,) = _SIZE.unpack_from(head)
+                n = _SIZE.unpack_from(head)[0] if len(head) >= 4 else 0
                 if n <= 0 or pos + 4 + n > end:
-                    return
+                    break
                 if n < 16 or len(head) < 20:
                     raise CorruptedFileError(f"{path}: record of {n} bytes at {pos}")
                 lid, eid = _IDS.unpack_from(head, 4)
@@ -509,6 +514,11 @@ class EntryLogger:
                     yield lid, eid, location(log_id, pos + 4), n
                 pos += 4 + n
                 f.seek(pos)
+            if sealed and pos != end:
+                raise CorruptedFileError(
+                    f"{path}: entries end at byte {pos} (a bad record length or a short "
+                    f"file) but the ledgers map starts at {end}"
+                )
 
     def read_ledgers_map(self, log_id: int) -> dict[int, int] | None:
         """The ledgers map of a sealed log, or None if the log was not sealed.
