@@ -706,6 +706,8 @@ def test_entry_log_corrupted(
         logger.close()
         logger = el.EntryLogger([d])
         got = _scan_log(logger, log_id)
+        if seal and first < end_of_entries and len(bad) < len(good):
+            assert got is None, "a sealed log cut short scanned without an error"
         if first >= el.HEADER_SIZE and got is not None:
             offset = el.HEADER_SIZE
             intact = 0
@@ -722,7 +724,34 @@ def test_entry_log_corrupted(
         logger.close()
 
 
+@pytest.mark.parametrize("damage", ["cut", "zero-length", "negative-length"])
+def test_sealed_entry_log_damage_is_reported(tmp_path: Path, damage: str) -> None:
+    """Regression: a sealed log whose scan stopped early (a record length
+    zeroed, negative, or the file cut short) ended quietly, so a compaction
+    copied the entries before the damage and then removed the log with the
+    live entries after it. The entries end where the map starts: any other
+    end is CorruptedFileError."""
+    logger, path, written = _write_entry_log(tmp_path, [(1, b"a" * 10)] * 3, True)
+    log_id = int(path.name[:-4], 16)
+    data = bytearray(path.read_bytes())
+    second = el.HEADER_SIZE + 4 + len(written[0][2])
+    if damage == "cut":
+        del data[second:]
+    else:
+        data[second : second + 4] = struct.pack(">i", 0 if damage == "zero-length" else -7)
+    path.write_bytes(bytes(data))
+    logger.close()
+    logger = el.EntryLogger([tmp_path])
+    try:
+        with pytest.raises(CorruptedFileError, match="ledgers map starts at"):
+            list(logger.scan(log_id))
+    finally:
+        logger.close()
+
+
 @FUZZ
+@example(struct.pack(">4siqi", b"BKLO", 1, -5, 0))  # negative map offset was accepted
+@example(struct.pack(">4siqi", b"BKLO", 1, 2048, -1))  # and a negative count
 @given(
     st.binary(max_size=40)
     | mutations_of(st.builds(el.header_bytes, st.integers(0, 2**40), st.integers(0, 2**20))).map(
@@ -730,7 +759,10 @@ def test_entry_log_corrupted(
     )
 )
 def test_entry_log_header(data: bytes) -> None:
-    """An entry log header: magic and version 1, or CorruptedFileError."""
+    """An entry log header: magic, version 1 and a ledgers map offset and
+    count that are not negative (BookKeeper never writes one), or
+    CorruptedFileError."""
     got = parse_or_error(lambda: el.parse_header(data, "x.log"), CorruptedFileError)
     if got is not None:
         assert el.header_bytes(*got)[:20] == data[:20]
+        assert got[0] >= 0 and got[1] >= 0
