@@ -634,11 +634,15 @@ class Sandbox:
         killed = _terminate([b], timeout)
         if killed:
             raise SandboxError(f"bookie {index} did not stop within {timeout}s and was killed")
-        if not _port_free(self.host, b.port):
-            # The old process closed its socket; give the kernel a moment.
-            deadline = time.monotonic() + 5.0
-            while not _port_free(self.host, b.port) and time.monotonic() < deadline:
-                time.sleep(0.1)
+        return self.start_bookie(index, timeout, detach=detach)
+
+    def start_bookie(
+        self, index: int, timeout: float = 60.0, *, detach: bool | None = None
+    ) -> ProcessStatus:
+        """Start bookie ``index`` again (it was stopped or killed) with the
+        same port and directories; waits until it serves and is registered."""
+        b = self._stopped(self.bookies, "bookie", index)
+        _wait_port_free(b)
         try:
             bp = self._launch_bookie(b, detach=self.detached if detach is None else detach)
             self.save()
@@ -649,12 +653,77 @@ class Sandbox:
             raise
         return self.status()[index + 1]
 
+    def start_proxy(
+        self, index: int, timeout: float = 60.0, *, detach: bool | None = None
+    ) -> ProcessStatus:
+        """Start write proxy ``index`` again on its port (clients were given
+        it); waits until it listens."""
+        p = self._stopped(self.proxies, "proxy", index)
+        _wait_port_free(p)
+        try:
+            self._launch_proxy(p, detach=self.detached if detach is None else detach)
+            self.save()
+            _wait_listening(p, timeout, p.directory / "proxy.log")
+        except BaseException:
+            self.save()
+            raise
+        return self.status()[1 + len(self.bookies) + index]
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the process called ``name`` (``zookeeper``, ``bookie-<i>``,
+        ``proxy-<i>``): no flush, no unregistration, as a crash."""
+        for p in self._procs():
+            if p.name == name:
+                p.signal(signal.SIGKILL)
+                if not p.wait_gone(10.0):
+                    raise SandboxError(f"{name} survived SIGKILL for 10 s")
+                p.forget()
+                self.save()
+                return
+        raise SandboxError(f"this sandbox has no process called {name!r}")
+
+    def start_zookeeper(self, timeout: float = 60.0) -> None:
+        """Start ZooKeeper again (it was stopped or killed) on its port and
+        data directory: sessions that outlive the outage resume."""
+        z = self.zookeeper
+        if z.alive():
+            raise SandboxRunningError(f"ZooKeeper of the sandbox in {self.directory} is running")
+        _wait_port_free(z)
+        zk = ZooKeeperServer(z.directory, port=z.port, host=self.host)
+        zk.start(timeout, detach=self.detached)
+        z.pid = zk.pid
+        z.process = zk.process
+        self.save()
+
+    def _stopped(self, procs: list[_Proc], kind: str, index: int) -> _Proc:
+        if not 0 <= index < len(procs):
+            raise SandboxError(
+                f"no {kind} {index}: this sandbox has "
+                + (f"{kind}s 0..{len(procs) - 1}" if procs else f"no {kind}s")
+            )
+        if not self.zookeeper.alive():
+            raise SandboxError(
+                f"ZooKeeper of the sandbox in {self.directory} is not running; "
+                f"start the sandbox first"
+            )
+        p = procs[index]
+        if p.alive():
+            raise SandboxRunningError(f"{p.name} of the sandbox in {self.directory} is running")
+        return p
+
     # -- context manager -----------------------------------------------------------
     def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _wait_port_free(p: _Proc, timeout: float = 5.0) -> None:
+    """The old process closed its socket; give the kernel a moment."""
+    deadline = time.monotonic() + timeout
+    while not _port_free(p.host, p.port) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def _wait_listening(p: _Proc, timeout: float, log_path: Path) -> None:

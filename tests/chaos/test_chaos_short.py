@@ -1,0 +1,51 @@
+"""The chaos suite's short mode, inside ``make test``: about two minutes of
+the whole workload (direct and proxy writers, tailing readers, consumers of
+both stores, a migrating subscriber, retention, a Spark query) while every
+kind of fault is injected at least once; then recovery, the checker's
+verdict and the runner's own checks. ``make chaos`` is the long run.
+
+Needs root (the small ledger disk is a tmpfs), as tests/fault/test_full_disk.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.faults import FAULTS
+
+pytestmark = [pytest.mark.integration, pytest.mark.fault]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_short_chaos_run_passes_with_every_fault_injected(tmp_path: Path) -> None:
+    directory = tmp_path / "chaos"
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.chaos.run", "--short", "--dir", str(directory)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-6000:]
+    report = json.loads((directory / "report.json").read_text())
+    assert report["passed"] is True
+    assert set(report["faults"]) == {f.name for f in FAULTS}, report["faults"]
+    invariants = report["checker"]["invariants"]
+    for name, r in invariants.items():
+        assert r["violation_count"] == 0, (name, r["violations"])
+        assert r["checked"] > 0, f"{name} checked nothing"
+    ops = report["checker"]["ops"]
+    for f in ("write", "read", "commit", "position", "migrate", "truncate", "open"):
+        assert ops[f]["ok"] > 0, (f, ops)
+    assert "seed" in out and str(report["seed"]) in out
+    for check in ("progress after healing", "spark caught up", "frame fuzz"):
+        assert report["checks"][check]["ok"], report["checks"][check]
