@@ -95,6 +95,16 @@ def parse_header(data: bytes, path: Path | str) -> tuple[int, int]:
     return map_offset, count
 
 
+def _check_map_offset(path: Path | str, map_offset: int, file_size: int) -> None:
+    """A sealed log's ledgers map lies after the header and inside the file
+    (a damaged offset must not send a read or seek anywhere else)."""
+    if map_offset and not HEADER_SIZE <= map_offset <= file_size:
+        raise CorruptedFileError(
+            f"{path}: ledgers map offset {map_offset} is outside the "
+            f"{file_size}-byte log (entries start at {HEADER_SIZE})"
+        )
+
+
 def ledgers_map_records(ledgers: dict[int, int]) -> bytes:
     """The ledgers map appended at rotation, in batches of at most 10,000."""
     items = sorted(ledgers.items())
@@ -498,8 +508,10 @@ class EntryLogger:
         # logSizeLimit (1 GiB by default) and must not be read into memory.
         with open(path, "rb", buffering=1 << 20) as f:
             map_offset, _ = parse_header(f.read(HEADER_SIZE), path)
+            size = os.fstat(f.fileno()).st_size
+            _check_map_offset(path, map_offset, size)
             sealed = map_offset > 0
-            end = map_offset if sealed else os.fstat(f.fileno()).st_size
+            end = map_offset if sealed else size
             pos = HEADER_SIZE
             f.seek(pos)
             while pos + 4 <= end:
@@ -526,6 +538,7 @@ class EntryLogger:
         path = self.path_of(log_id)
         with open(path, "rb") as f:
             map_offset, count = parse_header(f.read(HEADER_SIZE), path)
+            _check_map_offset(path, map_offset, os.fstat(f.fileno()).st_size)
             if map_offset <= 0:
                 return None
             f.seek(map_offset)
