@@ -724,27 +724,34 @@ def test_entry_log_corrupted(
         logger.close()
 
 
-@pytest.mark.parametrize("damage", ["cut", "zero-length", "negative-length"])
+@pytest.mark.parametrize("damage", ["cut", "zero-length", "negative-length", "map-offset"])
 def test_sealed_entry_log_damage_is_reported(tmp_path: Path, damage: str) -> None:
     """Regression: a sealed log whose scan stopped early (a record length
     zeroed, negative, or the file cut short) ended quietly, so a compaction
     copied the entries before the damage and then removed the log with the
     live entries after it. The entries end where the map starts: any other
-    end is CorruptedFileError."""
+    end is CorruptedFileError. And a header whose map offset lies past the
+    file (bit 56 flipped) made reading the map raise a bare OSError (EINVAL
+    from seek)."""
     logger, path, written = _write_entry_log(tmp_path, [(1, b"a" * 10)] * 3, True)
     log_id = int(path.name[:-4], 16)
     data = bytearray(path.read_bytes())
     second = el.HEADER_SIZE + 4 + len(written[0][2])
     if damage == "cut":
         del data[second:]
+    elif damage == "map-offset":
+        data[8] ^= 1
     else:
         data[second : second + 4] = struct.pack(">i", 0 if damage == "zero-length" else -7)
     path.write_bytes(bytes(data))
     logger.close()
     logger = el.EntryLogger([tmp_path])
     try:
-        with pytest.raises(CorruptedFileError, match="ledgers map starts at"):
+        with pytest.raises(CorruptedFileError, match="ledgers map"):
             list(logger.scan(log_id))
+        if damage in ("cut", "map-offset"):
+            with pytest.raises(CorruptedFileError, match="ledgers map"):
+                logger.read_ledgers_map(log_id)
     finally:
         logger.close()
 
