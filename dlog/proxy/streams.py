@@ -48,10 +48,15 @@ from dlog.lock import DistributedLock
 from dlog.namespace import Namespace
 from dlog.proxy.protocol import parse_owner
 from dlog.record import CONTROL_RECORD_PAYLOAD, LogRecord
-from dlog.singleflight import SingleFlight
 from dlog.writer import LogWriter
 
 log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(eq=False)
+class _Queue:
+    lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
+    waiting: int = 0
 
 
 @dataclasses.dataclass(eq=False)
@@ -122,7 +127,8 @@ class StreamManager:
         self.accepting = True
         self.closed = False
         self._streams: dict[str, OwnedStream] = {}
-        self._acquiring: SingleFlight[OwnedStream] = SingleFlight()
+        #: Streams some request is acquiring: later requests queue behind it.
+        self._acquiring: dict[str, _Queue] = {}
         self._outstanding = 0
 
     # -- ownership ----------------------------------------------------------------
@@ -141,9 +147,27 @@ class StreamManager:
         """The stream, owned here: OwnershipAcquireFailedError (with the
         owner) if another proxy holds it."""
         owned = self._streams.get(stream)
-        if owned is not None and not owned.writer.is_closed:
+        if owned is not None and not owned.writer.is_closed and stream not in self._acquiring:
             return owned
-        return await self._acquiring.run(stream, lambda: self._acquire(stream, tried_hosts))
+        # Requests for a stream being acquired go through one at a time in
+        # arrival order (asyncio.Lock is FIFO), each returning to write
+        # before the next is let in: a client's pipelined writes are
+        # written in the order it sent them, as DistributedLog's proxy
+        # queues a stream's operations while it acquires it.
+        queue = self._acquiring.get(stream)
+        if queue is None:
+            queue = self._acquiring[stream] = _Queue()
+        queue.waiting += 1
+        try:
+            async with queue.lock:
+                owned = self._streams.get(stream)
+                if owned is not None and not owned.writer.is_closed:
+                    return owned
+                return await self._acquire(stream, tried_hosts)
+        finally:
+            queue.waiting -= 1
+            if not queue.waiting:
+                del self._acquiring[stream]
 
     async def _acquire(self, stream: str, tried_hosts: Sequence[str]) -> OwnedStream:
         owned = self._streams.get(stream)

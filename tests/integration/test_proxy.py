@@ -451,3 +451,38 @@ async def test_a_write_whose_answer_is_lost_is_not_sent_again(make_proxy: MakePr
             assert await proxy.namespace.log_exists("lost")
     finally:
         black_hole.close()
+
+
+async def test_writes_racing_an_acquisition_are_written_in_arrival_order(
+    make_proxy: MakeProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes that arrive while a stream is being acquired, and one that
+    arrives just as the acquisition completes, are written in arrival
+    order: a client pipelined them in that order, and its acknowledgments
+    would otherwise come back out of it."""
+    proxy = await make_proxy()
+    streams = proxy.streams
+    assert streams is not None
+    real = streams._acquire
+    later: list[asyncio.Task[Any]] = []
+
+    def arrive(payload: bytes) -> None:
+        later.append(asyncio.ensure_future(proxy.writeWithContext("ordered", payload, None)))
+
+    async def acquire_while_others_arrive(stream: str, tried: Any) -> Any:
+        if later:
+            return await real(stream, tried)
+        arrive(b"second")  # arrives while the stream is being acquired
+        await asyncio.sleep(0.05)
+        owned = await real(stream, tried)
+        arrive(b"third")  # arrives as the acquisition completes
+        return owned
+
+    monkeypatch.setattr(streams, "_acquire", acquire_while_others_arrive)
+    first = await proxy.writeWithContext("ordered", b"first", None)
+    answers = [first, *[await t for t in later]]
+    assert [a.header.code for a in answers] == [CODES.SUCCESS] * 3
+    dlsns = [DLSN.deserialize(a.dlsn) for a in answers]
+    assert dlsns == sorted(dlsns), dlsns
+    payloads = [p for _, p in await read_all(proxy.namespace, "ordered")]
+    assert payloads == [b"first", b"second", b"third"]
