@@ -206,19 +206,34 @@ def test_ack_order_real_time() -> None:
     assert check(events + two_proxy_writers([1, 1, 0], [1, 0, 0], 1.5), final).ok
 
 
-def test_ack_order_per_proc() -> None:
-    """Overlapping writes of one proc (so real time allows both orders) must
-    still land in invoke order."""
-    events, final = clean()
+def overlapping_writes(proc: str, *, opened: bool) -> list[Event]:
+    """x then y invoked by ``proc``, both acked, y before x in the log."""
     h = History()
-    x = h.invoke(1, "proxy-writer-0", "write", stream="t", id="x")
-    y = h.invoke(1.1, "proxy-writer-0", "write", stream="t", id="y")
+    if opened:
+        h.call(0.5, 0.6, proc, "open", {}, stream="t")
+    x = h.invoke(1, proc, "write", stream="t", id="x")
+    y = h.invoke(1.1, proc, "write", stream="t", id="y")
     h.done(2, y, dlsn=[1, 0, 0])
     h.done(2, x, dlsn=[1, 1, 0])
+    return h.events
+
+
+def test_ack_order_per_proc() -> None:
+    """Overlapping writes of one writer (so real time allows both orders)
+    must still land in invoke order: one LogWriter sequences them."""
+    events, final = clean()
     final["streams"]["t"] = [["y", [1, 0, 0]], ["x", [1, 1, 0]]]
-    report = check(events + h.events, final)
+    report = check(events + overlapping_writes("writer-t-0", opened=True), final)
     only(report, "ack-order")
     assert "invoked x before y" in report.invariants["ack-order"].violations[0]
+
+
+def test_ack_order_through_a_proxy_is_real_time_only() -> None:
+    """Through a proxy, two writes in flight at once may land either way (a
+    send retried on another proxy overtakes): no sequence numbers."""
+    events, final = clean()
+    final["streams"]["t"] = [["y", [1, 0, 0]], ["x", [1, 1, 0]]]
+    assert check(events + overlapping_writes("proxy-writer-t-0", opened=False), final).ok
 
 
 def takeover(
