@@ -3,6 +3,7 @@
 #   make test   install, lint and format check (ruff), type-check (mypy), run the whole test suite
 #   make proto  regenerate dlog/protocol/*_pb2.py from proto/
 #   make bench  install, run the benchmarks (JSON on stdout)
+#   make chaos  install, run the chaos suite (about 20 minutes; needs root)
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -15,7 +16,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PROTOS := $(wildcard proto/*.proto)
 PYTEST_ARGS ?= -n 2 --dist loadfile
 
-.PHONY: demo test proto bench install system-deps lint clean
+.PHONY: demo test proto bench chaos install system-deps lint clean
 
 system-deps:
 	@if ! dpkg -s zookeeper >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then \
@@ -65,6 +66,11 @@ BENCHES ?= bookie_add ledger_throughput dlog_write subscriptions_store spark_rea
 
 bench: install
 	@for b in $(BENCHES); do echo "== bench/$$b.py"; $(PY) bench/$$b.py || exit 1; done
+
+CHAOS_ARGS ?=
+
+chaos: install
+	$(PY) -m tests.chaos.run $(CHAOS_ARGS)
 
 lint: install
 	$(PY) -m ruff check .

@@ -94,9 +94,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(1 << 32)
     if args.minutes is None:
-        args.minutes = 1.0 if args.short else 15.0
+        args.minutes = 1.25 if args.short else 15.0
     if args.fault_interval is None:
-        args.fault_interval = 6.0 if args.short else 12.0
+        args.fault_interval = 4.0 if args.short else 10.0
     if args.rate is None:
         args.rate = 100.0 if args.short else 200.0
     if args.fuzz_frames is None:
@@ -232,9 +232,15 @@ class Run:
         first = list(enabled)
         self.rng.shuffle(first)  # every kind once, then at random
         heals: set[asyncio.Task[None]] = set()
-        while time.monotonic() < until:
+
+        def going() -> bool:
+            # Every kind at least once, even if that takes up to a minute more.
+            now = time.monotonic()
+            return now < until or (bool(first) and now < until + 60)
+
+        while going():
             await asyncio.sleep(self.rng.uniform(0.5, 1.5) * self.args.fault_interval)
-            if time.monotonic() >= until:
+            if not going():
                 break
             fault = (
                 first.pop(0) if first else self.rng.choices(enabled, [f.weight for f in enabled])[0]
