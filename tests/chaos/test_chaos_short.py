@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -35,7 +37,11 @@ def test_short_chaos_run_passes_with_every_fault_injected(tmp_path: Path) -> Non
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
     )
     out = result.stdout + result.stderr
-    assert result.returncode == 0, out[-6000:]
+    if result.returncode != 0:
+        # Keep what the run left (pytest rotates its temporary directories).
+        kept = Path(tempfile.gettempdir()) / f"dlog-chaos-failed-{os.getpid()}"
+        shutil.copytree(directory, kept, dirs_exist_ok=True, ignore_dangling_symlinks=True)
+        pytest.fail(f"the chaos run failed; its directory is kept in {kept}\n{out[-6000:]}")
     report = json.loads((directory / "report.json").read_text())
     assert report["passed"] is True
     assert set(report["faults"]) == {f.name for f in FAULTS}, report["faults"]
