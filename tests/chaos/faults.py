@@ -11,6 +11,7 @@ always be formed; and one ZooKeeper outage at a time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import random
@@ -150,6 +151,9 @@ class PauseProcess(Fault):
     name = "pause"
     weight = 1.5
 
+    def __init__(self) -> None:
+        self._paused: dict[str, int | None] = {}
+
     def targets(self, ctx: NemesisContext) -> list[str]:
         out = ctx.supervisor.names("writer") + ctx.supervisor.names("consumer")
         out += [f"bookie-{i}" for i in ctx.bookies_up()]
@@ -170,7 +174,6 @@ class PauseProcess(Fault):
             pid = p.pid if p is not None else None
         if pid is not None and not target.startswith(("writer", "consumer")):
             pause(pid)
-        self._paused = getattr(self, "_paused", {})
         self._paused[target] = pid
         return seconds, {"pid": pid, "seconds": seconds}
 
@@ -246,9 +249,15 @@ class CorruptEntryLog(Fault):
 
 
 def _entry_logs(ledger_dir: Path) -> list[Path]:
-    """Entry logs except the newest (still being appended to)."""
-    found = sorted((ledger_dir / "current").glob("*.log"), key=lambda p: p.stat().st_mtime)
-    return [p for p in found[:-1] if p.stat().st_size > 4096]
+    """Entry logs except the newest (still being appended to); garbage
+    collection may remove any of them meanwhile."""
+    found = []
+    for p in (ledger_dir / "current").glob("*.log"):
+        with contextlib.suppress(FileNotFoundError):
+            st = p.stat()
+            found.append((st.st_mtime, st.st_size, p))
+    found.sort()
+    return [p for _, size, p in found[:-1] if size > 4096]
 
 
 def _flip(
