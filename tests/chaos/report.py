@@ -71,6 +71,7 @@ def print_report(run: Run, report: Report) -> bool:
                 "faults": dict(run.faults),
                 "fault_errors": run.fault_errors,
                 "checks": run.checks,
+                "phases_seconds": run.phases,
                 "checker": report.to_json(),
             },
             indent=1,

@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +96,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(1 << 32)
     if args.minutes is None:
-        args.minutes = 1.25 if args.short else 15.0
+        args.minutes = 1.0 if args.short else 15.0
     if args.fault_interval is None:
-        args.fault_interval = 4.0 if args.short else 10.0
+        args.fault_interval = 3.5 if args.short else 10.0
     if args.rate is None:
         args.rate = 100.0 if args.short else 200.0
     if args.fuzz_frames is None:
@@ -138,6 +139,7 @@ class Run:
         self.fault_errors: list[str] = []
         self.checks: dict[str, Any] = {}
         self.spark: subprocess.Popen[bytes] | None = None
+        self.phases: dict[str, float] = {}
 
     # -- workload ------------------------------------------------------------------
     def client_settings(self) -> list[str]:
@@ -303,20 +305,27 @@ class Run:
         ctx = NemesisContext(self.cluster, sup, self.rng, pause_seconds=2 * 4 + 2)
         try:
             await asyncio.sleep(5)
-            await self.nemesis_loop(ctx, time.monotonic() + a.minutes * 60)
+            async with self.phase("faults"):
+                await self.nemesis_loop(ctx, time.monotonic() + a.minutes * 60)
             print("chaos: faults over; healing", flush=True)
-            await asyncio.to_thread(self.heal_everything)
-            self.checks["progress after healing"] = await self.progress_after_healing()
-            stop_supervising.set()
-            await supervising
-            await asyncio.to_thread(sup.stop)
-            self.checks["actors exited cleanly"] = _actor_exits(sup)
+            async with self.phase("healing"):
+                await asyncio.to_thread(self.heal_everything)
+                self.checks["progress after healing"] = await self.progress_after_healing()
+            async with self.phase("stopping the workload"):
+                stop_supervising.set()
+                await supervising
+                await asyncio.to_thread(sup.stop)
+                self.checks["actors exited cleanly"] = _actor_exits(sup)
             if self.spark is not None:
-                self.checks["spark caught up"] = await self.stop_spark()
+                async with self.phase("spark catching up"):
+                    self.checks["spark caught up"] = await self.stop_spark()
             if a.fuzz_frames:
-                self.checks["frame fuzz"] = await asyncio.to_thread(self.fuzz)
-            self.checks["full replication, verified by digest"] = await self.recover()
-            final = await self.final_state()
+                async with self.phase("frame fuzz"):
+                    self.checks["frame fuzz"] = await asyncio.to_thread(self.fuzz)
+            async with self.phase("recovery"):
+                self.checks["full replication, verified by digest"] = await self.recover()
+            async with self.phase("final read"):
+                final = await self.final_state()
         finally:
             stop_supervising.set()
             with contextlib.suppress(Exception):
@@ -327,6 +336,16 @@ class Run:
             await asyncio.to_thread(self.cluster.stop)
         (self.dir / "final.json").write_text(json.dumps(final))
         return self.judge(final)
+
+    @contextlib.asynccontextmanager
+    async def phase(self, name: str) -> AsyncIterator[None]:
+        """Time a phase of the run (the report lists them)."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases[name] = round(time.monotonic() - started, 1)
+            print(f"chaos: {name}: {self.phases[name]} s", flush=True)
 
     def heal_everything(self) -> None:
         """Whatever a heal did not bring back (it failed, or came after the
@@ -346,17 +365,31 @@ class Run:
         ballast.unlink(missing_ok=True)
 
     async def progress_after_healing(self) -> dict[str, Any]:
-        """Every stream takes acknowledged writes again within a minute."""
-        since = time.time()
-        deadline = time.monotonic() + 90
-        pending = set(self.streams)
-        while pending and time.monotonic() < deadline:
-            await asyncio.sleep(2)
-            for line in read_history(self.history_dir):
-                with contextlib.suppress(ValueError):
-                    e = json.loads(line)
-                    if e["type"] == "ok" and e["f"] == "write" and e["t"] > since:
-                        pending.discard(_stream_of(e["proc"]))
+        """Every stream takes acknowledged writes again within 90 s: its last
+        durable record moves past where it was when everything was healed."""
+        from dlog.errors import DLogError
+        from dlog.namespace import Namespace
+
+        ns = await Namespace.open(
+            self.cluster.sandbox.namespace_uri, _dlog_conf(self.dlog_settings, False)
+        )
+        try:
+            logs = {s: await ns.open_log(s) for s in self.streams}
+            start: dict[str, Any] = {}
+            for s, log_ in logs.items():
+                with contextlib.suppress(DLogError):
+                    start[s] = await log_.get_last_dlsn()
+            pending = set(self.streams)
+            deadline = time.monotonic() + 90
+            while pending and time.monotonic() < deadline:
+                await asyncio.sleep(2)
+                for s in sorted(pending):
+                    with contextlib.suppress(DLogError):
+                        last = await logs[s].get_last_dlsn()
+                        if s not in start or last > start[s]:
+                            pending.discard(s)
+        finally:
+            await ns.close()
         return {"ok": not pending, "streams without writes": sorted(pending)}
 
     async def stop_spark(self) -> dict[str, Any]:
