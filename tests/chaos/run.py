@@ -302,7 +302,12 @@ class Run:
             self.start_spark()
         stop_supervising = asyncio.Event()
         supervising = asyncio.ensure_future(self.supervise(sup, stop_supervising))
-        ctx = NemesisContext(self.cluster, sup, self.rng, pause_seconds=2 * 4 + 2)
+        # Long enough to expire the longest ZooKeeper session, client's or bookie's.
+        session = max(
+            float(self.dlog_settings["zkSessionTimeoutSeconds"]),
+            float(self.bookie_settings["zkTimeout"]) / 1000,
+        )
+        ctx = NemesisContext(self.cluster, sup, self.rng, pause_seconds=2 * session + 2)
         try:
             await asyncio.sleep(5)
             async with self.phase("faults"):
