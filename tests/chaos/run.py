@@ -85,7 +85,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fuzz-frames", type=int, default=None, help="frames sent to a bookie")
     p.add_argument("--disk-mb", type=int, default=None, help="size of the small ledger disk")
     p.add_argument("--no-spark", dest="spark", action="store_false")
-    p.add_argument("--recovery-timeout", type=float, default=300.0)
+    p.add_argument(
+        "--recovery-timeout", type=float, default=900.0, help="to reach full replication (s)"
+    )
     p.add_argument("--spark-timeout", type=float, default=600.0, help="to catch up at the end")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="dlog setting")
     p.add_argument(
