@@ -133,6 +133,19 @@ class Journal:
                 end = offset
                 count += 1
                 yield record
+            damage = jf.damage_at(path, end)
+            if damage is not None:
+                # BookKeeper refuses to start here; dlog replays what is
+                # intact and goes on: the auditor's entries check finds what
+                # this bookie lacks and has it copied back from the replicas.
+                log.error(
+                    "journal %s: replay stopped at offset %d (%s): the records after it "
+                    "are not replayed; this bookie lacks them until AutoRecovery "
+                    "re-replicates them",
+                    path,
+                    end,
+                    damage,
+                )
             self.last_synced_mark = max(self.last_synced_mark, jf.LogMark(jid, end))
         log.info("replayed %d journal records from %s after %s", count, self.directory, mark)
 

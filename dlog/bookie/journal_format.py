@@ -177,6 +177,25 @@ def scan_journal(path: Path, start_offset: int = 0) -> Iterator[tuple[int, bytes
         yield pos, record
 
 
+def damage_at(path: Path, offset: int) -> str | None:
+    """Why :func:`scan_journal` stopped at ``offset`` if not at the written
+    end (a zero length, or the end of the file): the damaged length found
+    there. Replay cannot tell a torn record from flipped bytes (records carry
+    no checksum, as in BookKeeper), but either way nothing after it is
+    replayed, which the operator must hear about."""
+    with open(path, "rb") as f:
+        f.seek(max(offset, HEADER_SIZE))
+        head = f.read(8)
+    if len(head) < 4:
+        return None
+    (n,) = _LEN.unpack_from(head, 0)
+    if n == 0:
+        return None
+    if n == PADDING_MASK:
+        return "a padding record with a bad length" if len(head) == 8 else None
+    return f"a record length of {n}"
+
+
 def read_last_mark(ledger_dirs: list[Path], name: str = "lastMark") -> LogMark:
     """The newest mark among the ledger dirs (all are written at each
     checkpoint, so a crash mid-write leaves at worst an older one)."""

@@ -672,3 +672,41 @@ async def test_groups_queued_behind_a_failed_write_never_succeed(
     finally:
         proceed.set()
         await j.close()
+
+
+@pytest.mark.parametrize(
+    ("tail", "damaged"),
+    [
+        (b"", False),
+        (bytes(64), False),  # the preallocated, never written end
+        (struct.pack(">i", -1) + b"garbage", True),
+        (struct.pack(">i", 5000) + b"short", True),
+        (struct.pack(">ii", jf.PADDING_MASK, -8) + bytes(100), True),
+    ],
+)
+def test_replay_says_where_it_stopped_short(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, tail: bytes, damaged: bool
+) -> None:
+    """Replay goes on after a damaged record length (the auditor has the
+    replicas copied back), but never quietly: the operator is told which
+    journal and offset, and that the records after it are not replayed."""
+    d = jdir(tmp_path)
+    recs = [record(1, 0, b"first"), record(1, 1, b"second")]
+    ends = write_journal(d / jf.journal_file_name(1), recs, tail=tail)
+    with caplog.at_level("ERROR", logger="dlog.bookie.journal"):
+        assert list(Journal(d, jconf(tmp_path)).replay_records(jf.LogMark())) == recs
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    if damaged:
+        assert len(errors) == 1 and f"replay stopped at offset {ends[-1]}" in errors[0], errors
+    else:
+        assert errors == []
+
+
+def test_replay_of_an_empty_journal_reports_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    d = jdir(tmp_path)
+    write_journal(d / jf.journal_file_name(1), [], tail=bytes(64))
+    with caplog.at_level("ERROR", logger="dlog.bookie.journal"):
+        assert list(Journal(d, jconf(tmp_path)).replay_records(jf.LogMark())) == []
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
