@@ -48,6 +48,19 @@ class History:
     ) -> None:
         self.done(t_done, self.invoke(t, proc, f, **value), **result)
 
+    def observe(self, t: float, t_done: float, dlsn: list[int] | None, store: str = "zk") -> None:
+        """consumer-s-sub-1 reads subscriber sub's position on stream s."""
+        self.call(
+            t,
+            t_done,
+            "consumer-s-sub-1",
+            "position",
+            {"dlsn": dlsn},
+            stream="s",
+            subscriber="sub",
+            store=store,
+        )
+
 
 W = "writer-s-0"
 
@@ -339,16 +352,7 @@ def test_position_goes_backwards() -> None:
     events, final = clean()
     h = History()
     # After the commit of [1,3,0] completed (7.3), another store's position says [1,1,0].
-    h.call(
-        8,
-        8.1,
-        "consumer-s-sub-1",
-        "position",
-        {"dlsn": [1, 1, 0]},
-        stream="s",
-        subscriber="sub",
-        store="log-segment",
-    )
+    h.observe(8, 8.1, [1, 1, 0], store="log-segment")
     report = check(events + h.events, final)
     only(report, "position-monotone")
     assert "commit by consumer-s-sub-0" in report.invariants["position-monotone"].violations[0]
@@ -357,16 +361,7 @@ def test_position_goes_backwards() -> None:
 def test_position_concurrent_with_commit_is_fine() -> None:
     events, final = clean()
     h = History()
-    h.call(
-        7.25,
-        7.4,
-        "consumer-s-sub-1",
-        "position",
-        {"dlsn": [1, 1, 0]},
-        stream="s",
-        subscriber="sub",
-        store="zk",
-    )
+    h.observe(7.25, 7.4, [1, 1, 0])
     assert check(events + h.events, final).ok
 
 
@@ -380,16 +375,7 @@ def test_migration_loses_position() -> None:
 def test_final_below_an_observation() -> None:
     events, final = clean()
     h = History()
-    h.call(
-        12,
-        12.1,
-        "consumer-s-sub-1",
-        "position",
-        {"dlsn": [1, 4, 0]},
-        stream="s",
-        subscriber="sub",
-        store="zk",
-    )
+    h.observe(12, 12.1, [1, 4, 0])
     only(check(events + h.events, final), "position-monotone")
 
 
