@@ -38,6 +38,7 @@ import random
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -115,29 +116,70 @@ async def run_writer(actor: Actor) -> int:
         return EXIT_BROKEN
     actor.rec.ok(op, "open")
     txid = max(writer.last_txid, 0) + 1
-    pending: set[asyncio.Task[None]] = set()
+
+    async def send(n: int, payload: bytes) -> Any:
+        return await writer.write(LogRecord(txid + n, payload))
+
+    # A failed write leaves this writer unusable: stop at the first one.
+    broken = await _write_paced(actor, send, stop_on_error=True)
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(writer.close(), a.drain_timeout)
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(ns.close(), 10)
+    return EXIT_BROKEN if broken else 0
+
+
+async def run_proxy_writer(actor: Actor) -> int:
+    from dlog.proxy.client import Client
+
+    a = actor.args
+    client = Client(a.proxies.split(","), timeout=a.call_timeout)
+    await client.start()
+
+    async def send(n: int, payload: bytes) -> Any:
+        return await client.write(a.stream, payload)
+
+    # The client moves to another proxy by itself: errors don't stop it.
+    await _write_paced(actor, send, stop_on_error=False)
+    with contextlib.suppress(Exception):
+        await client.close()
+    return 0
+
+
+async def _write_paced(
+    actor: Actor, send: Callable[[int, bytes], Awaitable[Any]], *, stop_on_error: bool
+) -> bool:
+    """Records ``<proc>:<n>`` at ``--rate`` a second, at most ``--in-flight``
+    outstanding, each recorded as a ``write``; until SIGTERM (or the first
+    error, with ``stop_on_error``), then waits for those in flight. Whether
+    a write failed."""
+    a = actor.args
     slots = asyncio.Semaphore(a.in_flight)
-    broken = asyncio.Event()
+    pending: set[asyncio.Task[None]] = set()
+    failed = asyncio.Event()
 
     async def one(n: int) -> None:
         rid = f"{a.proc}:{n}"
         op = actor.rec.invoke("write", stream=a.stream, id=rid)
         try:
-            dlsn = await writer.write(LogRecord(txid + n, payload_for(rid, a.size)))
+            dlsn = await send(n, payload_for(rid, a.size))
         except Exception as e:
-            actor.rec.info(op, "write", e)
-            broken.set()
+            actor.rec.info(op, "write", e)  # it may still land: unknown
+            failed.set()
         else:
             actor.rec.ok(op, "write", dlsn=dlsn_value(dlsn))
         finally:
             slots.release()
 
+    def done() -> bool:
+        return actor.stopping.is_set() or (stop_on_error and failed.is_set())
+
     n = 0
     interval = 1.0 / a.rate
     next_at = time.monotonic()
-    while not actor.stopping.is_set() and not broken.is_set():
+    while not done():
         await slots.acquire()
-        if broken.is_set() or actor.stopping.is_set():
+        if done():
             slots.release()
             break
         t = asyncio.ensure_future(one(n))
@@ -152,57 +194,7 @@ async def run_writer(actor: Actor) -> int:
             next_at = time.monotonic()  # behind by a second: don't burst
     if pending:
         await asyncio.wait(pending, timeout=a.drain_timeout)
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(writer.close(), a.drain_timeout)
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(ns.close(), 10)
-    return EXIT_BROKEN if broken.is_set() else 0
-
-
-async def run_proxy_writer(actor: Actor) -> int:
-    from dlog.proxy.client import Client
-
-    a = actor.args
-    client = Client(a.proxies.split(","), timeout=a.call_timeout)
-    await client.start()
-    slots = asyncio.Semaphore(a.in_flight)
-    pending: set[asyncio.Task[None]] = set()
-
-    async def one(n: int) -> None:
-        rid = f"{a.proc}:{n}"
-        op = actor.rec.invoke("write", stream=a.stream, id=rid)
-        try:
-            dlsn = await client.write(a.stream, payload_for(rid, a.size))
-        except Exception as e:
-            actor.rec.info(op, "write", e)
-        else:
-            actor.rec.ok(op, "write", dlsn=dlsn_value(dlsn))
-        finally:
-            slots.release()
-
-    n = 0
-    interval = 1.0 / a.rate
-    next_at = time.monotonic()
-    while not actor.stopping.is_set():
-        await slots.acquire()
-        if actor.stopping.is_set():
-            slots.release()
-            break
-        t = asyncio.ensure_future(one(n))
-        pending.add(t)
-        t.add_done_callback(pending.discard)
-        n += 1
-        next_at += interval
-        delay = next_at - time.monotonic()
-        if delay > 0:
-            await actor.sleep(delay)
-        elif delay < -1.0:
-            next_at = time.monotonic()
-    if pending:
-        await asyncio.wait(pending, timeout=a.drain_timeout)
-    with contextlib.suppress(Exception):
-        await client.close()
-    return 0
+    return failed.is_set()
 
 
 # ---------------------------------------------------------------------------
