@@ -26,7 +26,9 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from dlog.dlsn import DLSN
@@ -52,6 +54,102 @@ log = logging.getLogger(__name__)
 
 _END = object()
 _NEVER_IDLE = 2**31 - 1  # Integer.MAX_VALUE: DistributedLog's "no idle check"
+_flags = attrgetter("flags")
+
+
+class _ReadAhead:
+    """What read-ahead has read and the application not yet taken: whole
+    decoded entries (lists of records) handed over as they are, then the
+    end (``_END``) or the error that stopped read-ahead.
+
+    Bounded in records (``readAheadMaxRecords``): read-ahead waits while the
+    cache holds that many, so it exceeds the bound by less than one entry.
+    Handing over lists rather than records one by one keeps the cost per
+    record down to taking a slice."""
+
+    __slots__ = ("_head", "_items", "_loop", "_max", "_readable", "_room", "records")
+
+    def __init__(self, max_records: int) -> None:
+        self._items: deque[object] = deque()
+        self._head = 0  # records of the first list already taken
+        self._max = max(1, max_records)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._readable: asyncio.Future[None] | None = None
+        self._room: asyncio.Future[None] | None = None
+        #: Records cached (the end or an error not counted).
+        self.records = 0
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def _wake(self, waiter: asyncio.Future[None] | None) -> None:
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _waiter(self) -> asyncio.Future[None]:
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        return loop.create_future()
+
+    async def put(self, records: list[LogRecordWithDLSN]) -> None:
+        """Cache one entry's records (the list is the cache's from now on)."""
+        while self.records >= self._max:
+            self._room = self._waiter()
+            await self._room
+        self._items.append(records)
+        self.records += len(records)
+        self._wake(self._readable)
+
+    async def put_last(self, item: object) -> None:
+        """Cache the end or the error read-ahead stopped with."""
+        self._items.append(item)
+        self._wake(self._readable)
+
+    async def wait(self, timeout: float | None) -> bool:
+        """Wait up to ``timeout`` for something to take; False on timeout.
+        Concurrent readers share one waiter, which a timeout never cancels."""
+        if self._items:
+            return True
+        waiter = self._readable
+        if waiter is None or waiter.done():
+            waiter = self._readable = self._waiter()
+        done, _ = await asyncio.wait((waiter,), timeout=timeout)
+        return bool(done) or bool(self._items)
+
+    def take(self, n: int) -> tuple[list[LogRecordWithDLSN], object]:
+        """Up to ``n`` records from the front, and the end or error behind
+        them if the records taken reach it (else None)."""
+        items = self._items
+        out: list[LogRecordWithDLSN] = []
+        last: object = None
+        while items and len(out) < n:
+            head = items[0]
+            if type(head) is not list:
+                if not out:
+                    last = head  # stays cached: every later read sees it too
+                break
+            start = self._head
+            want = n - len(out)
+            if start == 0 and len(head) <= want:
+                items.popleft()
+                if out:
+                    out += head
+                else:
+                    out = head  # the whole entry, not a copy
+            elif len(head) - start <= want:
+                items.popleft()
+                out += head[start:]
+                self._head = 0
+            else:
+                out += head[start : start + want]
+                self._head = start + want
+        taken = len(out)
+        if taken:
+            self.records -= taken
+            if self.records < self._max:
+                self._wake(self._room)
+        return out, last
 
 
 class LogReader:
@@ -74,9 +172,7 @@ class LogReader:
         self._idle_error = idle_error / 1000.0 if 0 < idle_error < _NEVER_IDLE else None
         self._wait_time = conf.read_ahead_wait_time / 1000.0
         self._backoff = self._wait_time
-        self._queue: asyncio.Queue[object] = asyncio.Queue(
-            maxsize=max(1, conf.read_ahead_max_records)
-        )
+        self._cache = _ReadAhead(conf.read_ahead_max_records)
         self._position = (
             from_dlsn
             if from_dlsn is not None
@@ -131,47 +227,32 @@ class LogReader:
         takes whatever else is already read ahead."""
         if self._closed:
             raise ReadCancelledError(f"reader of stream {self.name!r} is closed")
-        out: list[LogRecordWithDLSN] = []
-        if self._queue.empty():
+        cache = self._cache
+        if cache.empty():
             self._raise_if_finished()
             wait = timeout
             if self._idle_error is not None:
                 left = max(0.0, self._idle_since() + self._idle_error - time.monotonic())
                 wait = left if timeout is None else min(timeout, left)
-            try:
-                item = await asyncio.wait_for(self._queue.get(), wait)
-            except TimeoutError:
+            if not await cache.wait(wait):
                 self._check_idle()
                 self._check_idle_error()
                 if timeout is None:
                     return await self.read_bulk(n, timeout)  # not idle yet: keep waiting
-                return out
-            if not self._accept(item, out):
-                return out
-        while len(out) < n and not self._queue.empty():
-            if not self._accept(self._queue.get_nowait(), out):
-                break
-        return out
-
-    def _accept(self, item: object, out: list[LogRecordWithDLSN]) -> bool:
-        if item is _END:
+                return []
+        out, last = cache.take(max(1, n))
+        if out:
+            self._last_delivered = out[-1].dlsn
+            self._last_progress = time.monotonic()
+            self._idle_warned = False
+            self.records_read += len(out)
+            return out
+        if last is _END:
             self._ended = True
-            if out:
-                return False
-            self._raise_if_finished()
-            return False
-        if isinstance(item, BaseException):
-            self._error = item
-            if out:
-                return False
-            raise item
-        record: LogRecordWithDLSN = item  # type: ignore[assignment]
-        out.append(record)
-        self._last_delivered = record.dlsn
-        self._last_progress = time.monotonic()
-        self._idle_warned = False
-        self.records_read += 1
-        return True
+        elif isinstance(last, BaseException):
+            self._error = last
+        self._raise_if_finished()
+        return out
 
     def _raise_if_finished(self) -> None:
         if self._error is not None:
@@ -197,7 +278,7 @@ class LogReader:
     def _check_idle_error(self) -> None:
         """Past ``readerIdleErrorThresholdMillis`` with nothing read ahead:
         the reader fails for good (the application opens a new one)."""
-        if self._idle_error is None or not self._queue.empty():
+        if self._idle_error is None or not self._cache.empty():
             return
         idle = time.monotonic() - self._idle_since()
         if idle < self._idle_error:
@@ -256,15 +337,15 @@ class LogReader:
     async def _read_ahead(self) -> None:
         try:
             await self._run()
-            await self._queue.put(_END)
+            await self._cache.put_last(_END)
         except asyncio.CancelledError:
             raise
         except DLogError as e:
             log.warning("reader of stream %s failed: %s", self.name, e)
-            await self._queue.put(e)
+            await self._cache.put_last(e)
         except Exception as e:
             log.exception("reader of stream %s failed", self.name)
-            await self._queue.put(LogReadError(f"reading stream {self.name!r} failed: {e!r}"))
+            await self._cache.put_last(LogReadError(f"reading stream {self.name!r} failed: {e!r}"))
 
     async def _run(self) -> None:
         segments = await self._segments()
@@ -394,23 +475,50 @@ class LogReader:
     ) -> tuple[bool, DLSN]:
         entries = await handle.read_unconfirmed(first, last)
         seqno = seg.log_segment_sequence_no
+        cache = self._cache
         for entry in entries:
-            for record in records_of(seg, entry):
-                if record.dlsn < position:
-                    continue
-                position = record.dlsn.next()
-                if record.end_of_stream:
-                    return True, position
-                if record.control:
-                    continue
-                if self._from_txid is not None:
-                    if record.txid < self._from_txid:
-                        continue
-                    self._from_txid = None
-                await self._queue.put(record)
-                self._last_arrival = time.monotonic()
+            records = records_of(seg, entry)
+            if records:
+                # An entry of user records only, wholly past ``position``,
+                # goes to the cache as decoded; anything else record by record.
+                if (
+                    self._from_txid is not None
+                    or records[0].dlsn < position
+                    or any(map(_flags, records))
+                ):
+                    ended, position, records = self._user_records(records, position)
+                    if ended:
+                        if records:
+                            await cache.put(records)
+                            self._last_arrival = time.monotonic()
+                        return True, position
+                if records:
+                    await cache.put(records)
+                    self._last_arrival = time.monotonic()
             position = DLSN(seqno, entry.entry_id + 1, 0)
             self._resume_at = position
         if entries:
             self._backoff = self._wait_time  # reading again: the next error waits the least
         return False, position
+
+    def _user_records(
+        self, records: list[LogRecordWithDLSN], position: DLSN
+    ) -> tuple[bool, DLSN, list[LogRecordWithDLSN]]:
+        """The records of one entry the application gets: those at or past
+        ``position`` and the start txid, without control records, up to the
+        end of stream. Returns (end of stream seen, next position, records)."""
+        out: list[LogRecordWithDLSN] = []
+        for record in records:
+            if record.dlsn < position:
+                continue
+            position = record.dlsn.next()
+            if record.end_of_stream:
+                return True, position, out
+            if record.control:
+                continue
+            if self._from_txid is not None:
+                if record.txid < self._from_txid:
+                    continue
+                self._from_txid = None
+            out.append(record)
+        return False, position, out
