@@ -36,7 +36,7 @@ from dlog.bookie.checkpoint import Checkpointer, read_marks
 from dlog.bookie.cookie import Cookie, verify_or_create
 from dlog.bookie.disk import DiskMonitor
 from dlog.bookie.garbage_collector import GarbageCollector
-from dlog.bookie.journal import Journal
+from dlog.bookie.journal import Journal, SyncTimes
 from dlog.bookie.ledger_storage import DbLedgerStorage, SingleDirectoryDbLedgerStorage
 from dlog.bookie.metrics import BookieMetrics
 from dlog.bookie.registration import init_cluster
@@ -184,12 +184,11 @@ class Bookie:
         for sd in self.storage.dirs:
             sd.on_io_error = self._storage_io_error
             sd.on_io_recovered = self._storage_recovered
+            sd.on_flush = self.metrics.flush_latency.observe
             if sd.read_only_indexes:
                 self.set_read_only(_indexes_reason(sd.directory), True)
         self.journals = [
-            Journal(
-                d, self.conf, on_error=self._journal_failed, observe_latency=self._journal_synced
-            )
+            Journal(d, self.conf, on_error=self._journal_failed, observe=self._journal_synced)
             for d in self.journal_dirs
         ]
         marks = read_marks(self.ledger_dirs, len(self.journals))
@@ -202,7 +201,11 @@ class Bookie:
             self.conf.num_read_worker_threads, thread_name_prefix="bookie-read"
         )
         self.checkpointer = Checkpointer(
-            self.journals, self.storage, self.ledger_dirs, self.conf.flush_interval
+            self.journals,
+            self.storage,
+            self.ledger_dirs,
+            self.conf.flush_interval,
+            on_checkpoint=self.metrics.checkpoint_latency.observe,
         )
         self.checkpointer.start()
         self.gc = self._garbage_collector()
@@ -700,12 +703,18 @@ class Bookie:
             return
         self.set_read_only(f"journal failed: {error.strerror or error}", True)
 
-    def _journal_synced(self, latency: float, fsync_seconds: float, count: int) -> None:
+    def _journal_synced(
+        self, groups: list[tuple[float, int]], times: SyncTimes, done: float
+    ) -> None:
         m = self.metrics
-        m.journal_add_latency.observe(latency)
-        if fsync_seconds:
-            m.journal_fsync_latency.observe(fsync_seconds)
-        m.journal_group_size.observe(count)
+        for first_enqueued, count in groups:
+            m.journal_add_latency.observe(times.synced - first_enqueued)
+            m.journal_queue_latency.observe(times.taken - first_enqueued)
+            m.journal_group_size.observe(count)
+        m.journal_write_latency.observe(times.written - times.taken)
+        if self.conf.journal_sync_data:
+            m.journal_fsync_latency.observe(times.synced - times.written)
+        m.journal_callback_latency.observe(done - times.synced)
         if self._under_pressure and self.journal_pending() <= self.conf.journal_queue_size // 2:
             self._set_pressure(False)
 

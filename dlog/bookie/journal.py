@@ -43,6 +43,23 @@ Callback = Callable[[int], None]
 _STOP = object()
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class SyncTimes:
+    """When (``time.monotonic``) the journal thread took a batch of groups,
+    had written it, and had synced it: the stages of an add's journal
+    latency, so a tail can be traced to queueing, writing or the fsync."""
+
+    taken: float
+    written: float
+    synced: float
+
+
+#: Told, on the loop, after a batch's callbacks ran: each group's
+#: (first_enqueued, record count), the batch's times, and when the
+#: callbacks were done.
+Observer = Callable[[list[tuple[float, int]], SyncTimes, float], None]
+
+
 @dataclasses.dataclass
 class JournalStats:
     """Counters the group-commit tests and metrics read."""
@@ -77,12 +94,12 @@ class Journal:
         conf: BookieConfig,
         *,
         on_error: Callable[[OSError], None] | None = None,
-        observe_latency: Callable[[float, float, int], None] | None = None,
+        observe: Observer | None = None,
     ) -> None:
         self.directory = directory
         self.conf = conf
         self._on_error = on_error
-        self._observe = observe_latency
+        self._observe = observe
         self._max_wait = conf.journal_max_group_wait_msec / 1000.0
         self._bytes_threshold = conf.journal_buffered_writes_threshold
         self._entries_threshold = conf.journal_buffered_entries_threshold
@@ -256,21 +273,20 @@ class Journal:
         self._queue.put(group)
 
     def _synced(
-        self, groups: list[_Group], mark: jf.LogMark, status: int, fsync_seconds: float
+        self, groups: list[_Group], mark: jf.LogMark, status: int, times: SyncTimes
     ) -> None:
-        now = time.monotonic()
         if status == EOK:
             self.last_synced_mark = mark
         for g in groups:
             self.pending_records -= g.count
-            if self._observe is not None:
-                self._observe(now - g.first_enqueued, fsync_seconds, g.count)
             for cb in g.callbacks:
                 if cb is not None:
                     try:
                         cb(status)
                     except Exception:  # a bad callback must not stop the others
                         log.exception("journal callback failed")
+        if self._observe is not None:
+            self._observe([(g.first_enqueued, g.count) for g in groups], times, time.monotonic())
         if self._drained and self.pending_records == 0:
             drained, self._drained = self._drained, []
             for fut in drained:
@@ -305,16 +321,19 @@ class Journal:
                     stop = True
                     break
                 groups.append(cast(_Group, nxt))
-            status, fsync_seconds = self._write_groups(groups)
+            taken = time.monotonic()
+            status, written = self._write_groups(groups)
+            times = SyncTimes(taken, written, time.monotonic())
             mark = jf.LogMark(self._file_id, self._offset)
             try:
-                self._loop.call_soon_threadsafe(self._synced, groups, mark, status, fsync_seconds)  # type: ignore[union-attr]
+                self._loop.call_soon_threadsafe(self._synced, groups, mark, status, times)  # type: ignore[union-attr]
             except RuntimeError:
                 return  # loop closed
 
     def _write_groups(self, groups: list[_Group]) -> tuple[int, float]:
+        """Write and sync ``groups``; (status, when the writes were done)."""
         if self._failed is not None:
-            return EIO, 0.0
+            return EIO, time.monotonic()
         try:
             if self._reopen:
                 old = self._fd
@@ -345,13 +364,12 @@ class Journal:
                 if nbuffered >= self._write_buffer:
                     buffered, nbuffered = self._write_buffered(buffered, nbuffered, final=False)
             self._write_buffered(buffered, nbuffered, final=True)
-            t0 = time.monotonic()
+            written = time.monotonic()
             if self._sync:
                 fileio.fdatasync(self._fd, "journal.fsync")
                 self.stats.fsyncs += 1
-            elapsed = time.monotonic() - t0
             self.stats.records_synced += sum(g.count for g in groups)
-            return EOK, elapsed
+            return EOK, written
         except OSError as e:
             self._failed = e
             log.error("journal write failed in %s: %s; failing all further adds", self.directory, e)
@@ -360,7 +378,7 @@ class Journal:
                     self._loop.call_soon_threadsafe(self._on_error, e)
                 except RuntimeError:
                     pass
-            return EIO, 0.0
+            return EIO, time.monotonic()
 
     def _write_buffered(
         self, parts: list[bytes], nbytes: int, *, final: bool

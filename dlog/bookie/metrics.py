@@ -32,6 +32,22 @@ class BookieMetrics:
             "bookie_journal_fsync_latency_seconds",
             "Duration of one journal fdatasync (one per batch of groups).",
         )
+        # The stages of an add's journal latency, so a tail can be traced:
+        # queue + write + fsync + callback = arrival in the journal to response.
+        self.journal_queue_latency = loop.histogram(
+            "bookie_journal_queue_latency_seconds",
+            "From a journal group's first record to the journal thread taking it "
+            "(group wait plus queueing behind the batch being written).",
+        )
+        self.journal_write_latency = loop.histogram(
+            "bookie_journal_write_latency_seconds",
+            "Writing one batch of groups to the journal file (before its fsync).",
+        )
+        self.journal_callback_latency = loop.histogram(
+            "bookie_journal_callback_latency_seconds",
+            "From a batch's fsync to its callbacks having run on the event loop "
+            "(the wake-up of the loop plus the responses).",
+        )
         self.journal_group_size = loop.histogram(
             "bookie_journal_group_entries",
             "Records per journal group commit.",

@@ -348,3 +348,34 @@ async def test_checkpoint_persists_mark_and_collects_journals(make_bookie, tmp_p
     r = await c.read_entry(3, 5)
     assert r.status == EOK and r.readResponse.body == entry(3, 5, payload=payload)
     await c.close()
+
+
+async def test_journal_stages_checkpoints_and_flushes_are_measured(make_bookie) -> None:
+    """The metrics that trace an add's latency: each journal stage is
+    observed once per synced batch, in order (queue, write, fsync, callback),
+    and every storage flush and checkpoint is counted with its duration."""
+    bookie = await make_bookie()
+    m = bookie.core.metrics
+    c = await connect(bookie)
+    await asyncio.gather(
+        *(c.add_entry(4, i, KEY, entry(4, i, payload=b"s" * 100)) for i in range(50))
+    )
+    stages = (
+        m.journal_queue_latency,
+        m.journal_write_latency,
+        m.journal_fsync_latency,
+        m.journal_callback_latency,
+    )
+    batches = m.journal_write_latency.count
+    assert batches >= 1
+    assert m.journal_fsync_latency.count == m.journal_callback_latency.count == batches
+    # one queue observation per group; a batch holds one or more groups
+    assert m.journal_queue_latency.count == m.journal_group_size.count >= batches
+    # every journal record (the 50 entries and the new ledger's key) in a group
+    assert m.journal_group_size.sum == sum(j.stats.records for j in bookie.core.journals) >= 50
+    assert all(s.sum >= 0 for s in stages)
+    flushes, checkpoints = m.flush_latency.count, m.checkpoint_latency.count
+    await bookie.core.checkpointer.checkpoint()
+    assert m.checkpoint_latency.count == checkpoints + 1
+    assert m.flush_latency.count == flushes + 1
+    await c.close()
