@@ -49,6 +49,14 @@ MAX_LOG_SIZE = 0xFFFFFFFF  # offsets must fit the low 32 bits of a location
 RETIRED_FD_SECONDS = 60.0
 #: Buffered entry bytes handed to the kernel before a flush asks for them.
 WRITE_THRESHOLD = 4 << 20
+#: Written bytes of a log whose writeback may still be under way: each write
+#: starts its own writeback at once, and a write waits for the writeback of
+#: whatever lies further back than this. A flush then puts at most this much
+#: dirty data per log in the disk's queue ahead of a journal fsync, instead
+#: of the whole flush at its final fdatasync (measured on this project's
+#: 2-core VM, 300 MB written then synced: the fdatasync 190 ms -> 2 ms, the
+#: longest 1 KiB journal fdatasync meanwhile 148 -> 74 ms).
+WRITEBACK_WINDOW = 2 * WRITE_THRESHOLD
 
 _HEADER = struct.Struct(">4siqi")
 _SIZE = struct.Struct(">i")
@@ -152,6 +160,7 @@ class EntryLogFile:
         self._parts: list[bytes] = []  # size prefixes and entries not yet written
         self._parts_bytes = 0
         self._unsynced = 0
+        self._written_back = HEADER_SIZE  # bytes below this are on the disk
         self._flush_every = flush_every_bytes
         self.ledgers: dict[int, int] = {}
         self.sealed = False
@@ -214,7 +223,8 @@ class EntryLogFile:
     def _write_parts(self) -> None:
         """Hand the buffered bytes to the kernel. On failure nothing
         changes here: the flush's rollback decides what the log holds."""
-        written = fileio.pwritev(self._fd, self._parts, self._written, "entry_log.write")
+        start = self._written
+        written = fileio.pwritev(self._fd, self._parts, start, "entry_log.write")
         self._parts = []
         self._parts_bytes = 0
         self._unsynced += written
@@ -222,6 +232,19 @@ class EntryLogFile:
         if self._flush_every and self._unsynced >= self._flush_every:
             fileio.fdatasync(self._fd, "entry_log.fsync")
             self._unsynced = 0
+            self._written_back = self._written
+            return
+        fileio.writeback(self._fd, start, written, "entry_log.writeback")
+        behind = self._written - WRITEBACK_WINDOW
+        if behind > self._written_back:
+            fileio.writeback(
+                self._fd,
+                self._written_back,
+                behind - self._written_back,
+                "entry_log.writeback",
+                wait=True,
+            )
+            self._written_back = behind
 
     def flush(self) -> None:
         """Make every added entry durable."""
@@ -230,6 +253,7 @@ class EntryLogFile:
         if self._unsynced or self._written == HEADER_SIZE:
             fileio.fdatasync(self._fd, "entry_log.fsync")
             self._unsynced = 0
+            self._written_back = self._written
 
     def savepoint(self) -> Savepoint:
         return Savepoint(self.size, dict(self.ledgers))
@@ -245,6 +269,7 @@ class EntryLogFile:
         self.ledgers = dict(savepoint.ledgers) if savepoint is not None else {}
         self.size = offset
         self._written = offset
+        self._written_back = min(self._written_back, offset)
         self._unsynced = 0
         try:
             # Cut the failed attempt off and undo a half-done seal's header,

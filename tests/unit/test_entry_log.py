@@ -156,6 +156,56 @@ def test_large_buffered_writes_go_to_disk_before_flush(tmp_path: Path) -> None:
     f.close_unsealed()
 
 
+def test_writeback_is_started_per_write_and_bounded_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every write starts its own writeback, and no more than
+    WRITEBACK_WINDOW written bytes are ever left without having been waited
+    for: a flush does not leave its whole size dirty for the final fdatasync
+    (which would queue journal fsyncs behind it)."""
+    calls: list[tuple[int, int, bool]] = []
+    real = el.fileio.writeback
+
+    def spy(fd: int, offset: int, nbytes: int, point: str, *, wait: bool = False) -> bool:
+        calls.append((offset, nbytes, wait))
+        return real(fd, offset, nbytes, point, wait=wait)
+
+    monkeypatch.setattr(el.fileio, "writeback", spy)
+    f = EntryLogFile(tmp_path, 1)
+    chunk = entry(1, 0, b"x" * (1 << 20))
+    for i in range(40):  # 40 MiB: ten writes of WRITE_THRESHOLD
+        f.add(1, entry(1, i, chunk[16:]))
+        waited = max((o + n for o, n, w in calls if w), default=el.HEADER_SIZE)
+        written = (tmp_path / "1.log").stat().st_size
+        assert written - waited <= el.WRITEBACK_WINDOW
+    started = [(o, n) for o, n, w in calls if not w]
+    assert len(started) >= 9
+    # the started ranges are the writes, back to back from the header on
+    pos = el.HEADER_SIZE
+    for o, n in started:
+        assert o == pos
+        pos += n
+    assert any(w for _, _, w in calls)
+    f.flush()
+    f.close_unsealed()
+
+
+def test_writeback_failure_fails_the_write(tmp_path: Path) -> None:
+    """An I/O error starting writeback is the flush's error (it rolls back),
+    not something to ignore."""
+    from dlog import failpoints
+
+    f = EntryLogFile(tmp_path, 1)
+    failpoints.configure("entry_log.writeback=eio")
+    try:
+        with pytest.raises(OSError):
+            for i in range(8):
+                f.add(1, entry(1, i, b"x" * (1 << 20)))
+    finally:
+        failpoints.configure("")
+    f.close_unsealed()
+
+
 def test_can_fit(tmp_path: Path) -> None:
     f = EntryLogFile(tmp_path, 1)
     assert f.can_fit(100, 1024 + 104)
