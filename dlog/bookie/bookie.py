@@ -235,6 +235,8 @@ class Bookie:
             if journal.failed is None:
                 await journal.wait_synced()
         if self.checkpointer is not None and self.storage is not None:
+            for sd in self.storage.dirs:
+                sd.pacing = False  # nothing to make room for any more: flush flat out
             try:
                 await self.checkpointer.checkpoint()
             except Exception as e:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from rocksdict import WriteBatch, WriteOptions
@@ -56,13 +56,19 @@ class EntryLocationIndex:
             it.next()
         return out
 
-    def add_batch(self, items: Iterable[tuple[int, int, int]], chunk: int = 8192) -> None:
+    def add_batch(
+        self,
+        items: Iterable[tuple[int, int, int]],
+        chunk: int = 4096,
+        pause: Callable[[], None] = lambda: time.sleep(0),
+    ) -> None:
         """Write locations durably (before the checkpoint that lets the
         journal forget these entries).
 
-        Written in chunks, yielding between them: RocksDB holds the GIL for a
-        whole write, and one write of a full cache would stall the event
-        loop. The WAL is synced once at the end, which covers every chunk."""
+        Written in chunks, with ``pause()`` between them: RocksDB holds the
+        GIL for a whole write, and one write of a full cache would stall the
+        event loop. The WAL is synced once at the end, which covers every
+        chunk."""
         key, value = _KEY.pack, _VALUE.pack
         wb = WriteBatch(raw_mode=True)
         n = 0
@@ -75,7 +81,7 @@ class EntryLocationIndex:
                     self._db.write(wb, self._nosync)
                     wb = WriteBatch(raw_mode=True)
                     n = 0
-                    time.sleep(0)
+                    pause()
             if n:
                 fileio.check("index.write")
                 self._db.write(wb, self._nosync)

@@ -43,6 +43,7 @@ from dlog.bookie.entry_location_index import EntryLocationIndex
 from dlog.bookie.entry_log import EntryLogger
 from dlog.bookie.entry_log_manager import EntryLogManager, create_entry_log_manager
 from dlog.bookie.ledger_index import LedgerIndex, LedgerInfo
+from dlog.bookie.pacer import FlushPacer
 from dlog.bookie.read_cache import ReadCache
 from dlog.bookie.write_cache import WriteCache
 from dlog.conf.bookie import BookieConfig
@@ -58,6 +59,9 @@ MIN_BACKOFF = 0.1
 MAX_BACKOFF = 5.0
 #: Repeated flush failures are logged at most once per this many seconds.
 LOG_EVERY = 30.0
+#: Entries a flush writes between two pauses (see dlog.bookie.pacer): a
+#: few milliseconds of work.
+SLICE = 1024
 
 
 class SingleDirectoryDbLedgerStorage:
@@ -156,6 +160,9 @@ class SingleDirectoryDbLedgerStorage:
         self.last_flush_seconds = 0.0
         self.last_flush_bytes = 0
         self.on_flush: Callable[[float], None] | None = None
+        #: False from shutdown on: the last flush runs flat out.
+        self.pacing = True
+        self.pacer = FlushPacer(conf.db_storage_flush_max_cpu_percent, urgent=self._flush_urgent)
 
     def _open_indexes(self, *, read_only: bool) -> tuple[LedgerIndex, EntryLocationIndex]:
         ledger_index = LedgerIndex(self.directory / "ledgers", read_only=read_only)
@@ -271,6 +278,16 @@ class SingleDirectoryDbLedgerStorage:
             if self.on_flush is not None:
                 self.on_flush(time.monotonic() - t0)
 
+    def _flush_urgent(self) -> bool:
+        """Pacing would make adds wait: the active half is over half full
+        (or adds already wait for space), or the bookie is shutting down."""
+        active = self._active
+        return (
+            not self.pacing
+            or active.size * 2 > active.max_bytes
+            or (self._space is not None and not self._space.is_set())
+        )
+
     def _flush_failed(self, e: BaseException) -> None:
         self.failed = e
         self._failures += 1
@@ -300,6 +317,7 @@ class SingleDirectoryDbLedgerStorage:
                 errno.EROFS, f"{self.directory}: indexes are read-only until the disk has room"
             )
         t0 = time.monotonic()
+        self.pacer.start()
         cache = self._flushing
         batch = self._unindexed
         nbytes = 0
@@ -320,11 +338,11 @@ class SingleDirectoryDbLedgerStorage:
             self._unindexed = batch
             failpoint("ledger_storage.flush.before_index")
         if batch:
-            self.locations.add_batch(batch)
+            self.locations.add_batch(batch, pause=self.pacer.pause)
         self.ledger_index.flush()
         self._unindexed = None
         # Everything is in the index now: the frozen half can go.
-        cache.release()
+        cache.release(pause=self.pacer.pause)
         self.flushes += 1
         self.last_flush_seconds = time.monotonic() - t0
         self.last_flush_bytes = nbytes
@@ -337,13 +355,13 @@ class SingleDirectoryDbLedgerStorage:
             if lid in self._deleted:
                 continue  # deleted by the garbage collector since it was added
             eids, datas = cache.sorted_ledger(lid)
-            for start in range(0, len(eids), 4096):
-                chunk = datas[start : start + 4096]
+            for start in range(0, len(eids), SLICE):
+                chunk = datas[start : start + SLICE]
                 locations = self.manager.add_entries(lid, chunk)
                 batch.extend(
                     zip(
                         repeat(lid, len(locations)),
-                        eids[start : start + 4096],
+                        eids[start : start + SLICE],
                         locations,
                         strict=True,
                     )
@@ -353,7 +371,7 @@ class SingleDirectoryDbLedgerStorage:
                 if half and written >= half:
                     failpoint("ledger_storage.flush.mid_entry_logs")
                     half = 0
-                time.sleep(0)
+                self.pacer.pause()
         return nbytes
 
     async def flush(self) -> None:

@@ -7,7 +7,8 @@ Python's per-entry overhead so memory stays bounded, not just payload bytes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 #: Approximate bytes Python spends per cached entry beyond the payload.
 ENTRY_OVERHEAD = 120
@@ -73,17 +74,16 @@ class WriteCache:
         ids = sorted(entries)
         return ids, [entries[e] for e in ids]
 
-    def release(self, chunk: int = 4096) -> None:
-        """Empty the cache a piece at a time: dropping hundreds of thousands
-        of entries at once would hold the GIL (and stall the loop) for long."""
-        import time
-
+    def release(self, chunk: int = 4096, pause: Callable[[], None] = lambda: time.sleep(0)) -> None:
+        """Empty the cache a piece at a time, with ``pause()`` between
+        pieces: dropping hundreds of thousands of entries at once would hold
+        the GIL (and stall the loop) for long."""
         for entries in list(self._ledgers.values()):
             keys = list(entries)
             for i in range(0, len(keys), chunk):
                 for k in keys[i : i + chunk]:
                     del entries[k]
-                time.sleep(0)
+                pause()
         self.clear()
 
     def sorted_entries(self) -> Iterator[tuple[int, int, bytes]]:

@@ -392,6 +392,19 @@ class BookieConfig(Config):
         "Entries read ahead after a read that misses the caches.",
         min=0,
     )
+    db_storage_flush_max_cpu_percent: int = setting(
+        "dbStorage_flushMaxCpuPercent",
+        25,
+        "dlog: the most CPU a background write-cache flush may take. It shares "
+        "Python's interpreter lock with the event loop serving requests; after each "
+        "slice of work it sleeps long enough to stay under this share, so a "
+        "checkpoint's flush is spread out instead of halving the loop's capacity "
+        "while it runs. Not applied while the active half of the write cache is over "
+        "half full, or at shutdown. 100 turns pacing off.",
+        min=1,
+        max=100,
+        unit="%",
+    )
     db_storage_max_throttle_time_ms: int = setting(
         "dbStorage_maxThrottleTimeMs",
         10000,
