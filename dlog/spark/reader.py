@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
-import itertools
 import os
 import struct
 import threading
@@ -30,9 +29,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dlog.errors import NoSuchLedgerError
-from dlog.record import FLAG_CONTROL, FLAG_END_OF_STREAM, decode_entry
+from dlog.record import FLAG_CONTROL, FLAG_END_OF_STREAM
+from dlog.spark.columns import EntryColumns, decode_entry_columns
 
 if TYPE_CHECKING:
     from dlog.ledger.client import BookKeeper
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from dlog.spark.options import SourceOptions
     from dlog.spark.planning import DlogPartition
 
-__all__ = ["ARROW_SCHEMA", "SCHEMA", "dlsn_text", "ledger_client", "read_partition"]
+__all__ = ["ARROW_SCHEMA", "SCHEMA", "dlsn_column", "dlsn_text", "ledger_client", "read_partition"]
 
 #: The source's schema (Spark DDL).
 SCHEMA = (
@@ -65,46 +66,77 @@ READ_RUN_ENTRIES = 32
 #: Rows per Arrow batch handed to Spark.
 BATCH_ROWS = 32_768
 
-_SKIP = FLAG_CONTROL | FLAG_END_OF_STREAM
-_INT64_MAX = (1 << 63) - 1
-_PREFIX = struct.Struct(">bqqb")  # version, segment, entry, slot byte 0
-_SLOT_LOW = struct.Struct(">q")
+# (Arrow scalars: see dlog.spark.columns on plain ints as compute arguments)
+_SKIP = pa.scalar(FLAG_CONTROL | FLAG_END_OF_STREAM, pa.int64())
+_ZERO = pa.scalar(0, pa.int64())
+_PREFIX = struct.Struct(">bqq")  # version, segment, entry
+_INT32_MAX = (1 << 31) - 1
 
 
 # ---------------------------------------------------------------------------
-# DLSN text, fast
+# columns built from buffers
 # ---------------------------------------------------------------------------
 #
-# A DLSN's text is base64 of 25 bytes: version, segment, entry, slot (three
-# big-endian int64). Base64 works on 3-byte groups, and 18 = 6 groups, so the
-# first 24 characters encode version, segment, entry and the top byte of the
-# slot, and the last 12 the slot's 7 low bytes. The first part is the same for
-# every record of an entry, the second depends on the slot alone.
+# A DLSN's text is base64 of 25 bytes: version 1, segment, entry, slot (three
+# big-endian int64). With two zero bytes appended, 27 bytes are 9 whole base64
+# groups, so the base64 of n such records laid end to end is the n texts laid
+# end to end (36 characters each), except that each text's last two
+# characters come out "AA" where its own padding is "==": they are set after.
 
-_slot_suffixes: list[str] = []
-
-
-def _suffixes_through(slot: int) -> list[str]:
-    """The suffix of every slot up to ``slot`` (at least): a table grown on
-    demand (an entry holds at most about 2**18 records, so it stays small)."""
-    table = _slot_suffixes
-    if slot >= len(table):
-        for s in range(len(table), max(slot + 1, 2 * len(table), 1024)):
-            table.append(base64.b64encode(_SLOT_LOW.pack(s)[1:]).decode("ascii"))
-    return table
+_DLSN_WIDTH = 36
+_RAW_WIDTH = 27
+_fixed_offsets: dict[int, array[int]] = {}
 
 
-def _entry_prefix(segment: int, entry: int) -> str:
-    return base64.b64encode(_PREFIX.pack(1, segment, entry, 0)).decode("ascii")
+def _offsets(width: int, n: int) -> pa.Buffer:
+    """int32 offsets 0, width, ..., n * width (from a cached table)."""
+    table = _fixed_offsets.get(width)
+    if table is None or len(table) <= n:
+        size = max(n + 1, 2 * len(table) if table is not None else 1024)
+        table = _fixed_offsets[width] = array("i", range(0, width * size, width))
+    return pa.py_buffer(table).slice(0, 4 * (n + 1))
+
+
+def _big_endian(values: pa.Array) -> bytes:
+    """An int64 array's values as big-endian 8-byte words."""
+    out = array("q")
+    out.frombytes(values.buffers()[1].slice(8 * values.offset, 8 * len(values)))
+    out.byteswap()
+    return out.tobytes()
+
+
+def dlsn_column(segment: int, entries: pa.Array, slots: pa.Array) -> pa.Array:
+    """The text of ``DLSN(segment, entry, slot).serialize()`` for each row
+    (``entries`` and ``slots``: int64 arrays), built from buffers."""
+    n = len(slots)
+    if n * _DLSN_WIDTH > _INT32_MAX:
+        raise ValueError(f"{n} rows are too many for one DLSN column")
+    raw = bytearray(_PREFIX.pack(1, segment, 0) + bytes(_RAW_WIDTH - _PREFIX.size)) * n
+    for column, at in ((entries, 9), (slots, 17)):
+        words = _big_endian(column)
+        for i in range(8):
+            raw[at + i :: _RAW_WIDTH] = words[i::8]
+    text = bytearray(base64.b64encode(raw))
+    text[_DLSN_WIDTH - 2 :: _DLSN_WIDTH] = b"=" * n
+    text[_DLSN_WIDTH - 1 :: _DLSN_WIDTH] = b"=" * n
+    return pa.Array.from_buffers(
+        pa.string(), n, [None, _offsets(_DLSN_WIDTH, n), pa.py_buffer(text)]
+    )
 
 
 def dlsn_text(segment: int, entry: int, slot: int) -> str:
-    """``DLSN(segment, entry, slot).serialize()`` (for slots below 2**56)."""
-    if slot < len(_slot_suffixes):
-        suffix = _slot_suffixes[slot]
-    else:
-        suffix = base64.b64encode(_SLOT_LOW.pack(slot)[1:]).decode("ascii")
-    return _entry_prefix(segment, entry) + suffix
+    """``DLSN(segment, entry, slot).serialize()``, as :func:`dlsn_column` builds it."""
+    one = pa.array([entry], pa.int64()), pa.array([slot], pa.int64())
+    return str(dlsn_column(segment, *one)[0].as_py())
+
+
+def _constant_string(value: str, n: int) -> pa.Array:
+    data = value.encode()
+    if len(data) * n > _INT32_MAX:
+        return pa.array([value] * n, pa.string())
+    return pa.Array.from_buffers(
+        pa.string(), n, [None, _offsets(len(data), n), pa.py_buffer(data * n)]
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -159,29 +191,61 @@ async def _open(client: BookKeeper, ledger_id: int, password: bytes) -> ReadHand
 
 def _batch(
     stream: str,
-    dlsns: list[str],
     segment: int,
-    entries: list[int],
-    slots: list[int],
-    txids: list[int],
-    payloads: list[bytes],
+    entries: array[int],
+    slots: list[pa.Array],
+    txids: list[pa.Array],
+    payloads: list[pa.Array],
 ) -> pa.RecordBatch:
-    n = len(dlsns)
-    offsets = array("i", itertools.accumulate(map(len, payloads), initial=0))
-    payload_array = pa.Array.from_buffers(
-        pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(payloads))]
-    )
+    """One batch of the source's schema from the kept rows' columns."""
+    n = len(entries)
+    entry_column = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(entries)])
+    slot_column = pa.concat_arrays(slots)
     return pa.RecordBatch.from_arrays(
         [
-            pa.array([stream] * n, pa.string()),
-            pa.array(dlsns, pa.string()),
-            pa.array([segment] * n, pa.int64()),
-            pa.array(entries, pa.int64()),
-            pa.array(slots, pa.int64()),
-            pa.array(txids, pa.int64()),
-            payload_array,
+            _constant_string(stream, n),
+            dlsn_column(segment, entry_column, slot_column),
+            pa.repeat(pa.scalar(segment, pa.int64()), n),
+            entry_column,
+            slot_column,
+            pa.concat_arrays(txids),
+            pa.concat_arrays(payloads),
         ],
         schema=ARROW_SCHEMA,
+    )
+
+
+def _kept(
+    cols: EntryColumns, segment: int, entry_id: int, lower: tuple[int, ...], upper: tuple[int, ...]
+) -> EntryColumns | None:
+    """The rows with ``lower < dlsn <= upper`` that are not control or
+    end-of-stream records (None if there are none)."""
+    key = (segment, entry_id)
+    mask = None
+    if key < lower[:2] or key > upper[:2]:
+        return None
+    slot = cols.slot
+    if key == lower[:2]:
+        mask = pc.greater(slot, pa.scalar(lower[2], pa.int64()))
+    if key == upper[:2]:
+        below = pc.less_equal(slot, pa.scalar(upper[2], pa.int64()))
+        mask = below if mask is None else pc.and_(mask, below)
+    if cols.any_flags:
+        user = pc.equal(pc.bit_wise_and(cols.flags, _SKIP), _ZERO)
+        mask = user if mask is None else pc.and_(mask, user)
+    if mask is None:
+        return cols
+    if not pc.any(mask).as_py():
+        return None
+    if pc.all(mask).as_py():
+        return cols
+    return EntryColumns(
+        slot.filter(mask),
+        cols.position.filter(mask),
+        cols.txid.filter(mask),
+        cols.flags.filter(mask),
+        cols.payload.filter(mask),
+        False,
     )
 
 
@@ -208,11 +272,10 @@ def read_partition(
 
     pending: concurrent.futures.Future[list[LedgerEntry]] | None = None
     try:
-        dlsns: list[str] = []
-        entry_ids: list[int] = []
-        slots: list[int] = []
-        txids: list[int] = []
-        payloads: list[bytes] = []
+        entry_ids = array("q")
+        slots: list[pa.Array] = []
+        txids: list[pa.Array] = []
+        payloads: list[pa.Array] = []
         pending = submit(runs[0]) if runs else None
         for i in range(len(runs)):
             assert pending is not None
@@ -220,28 +283,19 @@ def read_partition(
             pending = submit(runs[i + 1]) if i + 1 < len(runs) else None
             for entry in entries:
                 entry_id = entry.entry_id
-                records = decode_entry(entry.data, segment, entry_id, p.start_sequence_id)
-                if not records:
+                cols = decode_entry_columns(entry.data, segment, entry_id, p.start_sequence_id)
+                kept = _kept(cols, segment, entry_id, lower, upper) if len(cols) else None
+                if kept is None:
                     continue
-                if (segment, entry_id, -1) < lower or (segment, entry_id, _INT64_MAX) > upper:
-                    # The entry straddles a bound: keep the records inside.
-                    records = [r for r in records if lower < r.dlsn <= upper]
-                user = [r for r in records if not r.flags & _SKIP]
-                if not user:
-                    continue
-                entry_slots = [r.dlsn[2] for r in user]
-                table = _suffixes_through(entry_slots[-1])
-                prefix = _entry_prefix(segment, entry_id)
-                dlsns += [prefix + table[slot] for slot in entry_slots]
-                slots += entry_slots
-                entry_ids += [entry_id] * len(user)
-                txids += [r.txid for r in user]
-                payloads += [r.payload for r in user]
-                if len(dlsns) >= batch_rows:
-                    yield _batch(p.stream, dlsns, segment, entry_ids, slots, txids, payloads)
-                    dlsns, entry_ids, slots, txids, payloads = [], [], [], [], []
-        if dlsns:
-            yield _batch(p.stream, dlsns, segment, entry_ids, slots, txids, payloads)
+                entry_ids.extend(array("q", (entry_id,)) * len(kept))
+                slots.append(kept.slot)
+                txids.append(kept.txid)
+                payloads.append(kept.payload)
+                if len(entry_ids) >= batch_rows:
+                    yield _batch(p.stream, segment, entry_ids, slots, txids, payloads)
+                    entry_ids, slots, txids, payloads = array("q"), [], [], []
+        if entry_ids:
+            yield _batch(p.stream, segment, entry_ids, slots, txids, payloads)
     finally:
         if pending is not None:
             pending.cancel()

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from array import array
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dlog.dlsn import DLSN, NonInclusiveLowerBound
 from dlog.segment import LogSegmentMetadata
@@ -35,7 +38,7 @@ from dlog.spark.planning import (
     plan_stream,
     spans,
 )
-from dlog.spark.reader import ARROW_SCHEMA, _batch, _entry_prefix, _suffixes_through, dlsn_text
+from dlog.spark.reader import ARROW_SCHEMA, _batch, dlsn_column, dlsn_text
 
 URI = "distributedlog://127.0.0.1:2181/messaging"
 MSU = "zk+hierarchical://127.0.0.1:2181/ledgers"
@@ -417,15 +420,44 @@ def test_allocate_shares_fairly() -> None:
 )
 def test_dlsn_text_is_the_base64_form(dlsn: DLSN) -> None:
     assert dlsn_text(*dlsn) == dlsn.serialize()
-    assert (
-        _entry_prefix(dlsn[0], dlsn[1]) + _suffixes_through(5000)[5000]
-        == DLSN(dlsn[0], dlsn[1], 5000).serialize()
-    )
+
+
+INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(INT64, st.lists(st.tuples(INT64, INT64), max_size=40))
+def test_dlsn_column_is_the_base64_form_of_each_row(
+    segment: int, rows: list[tuple[int, int]]
+) -> None:
+    entries = pa.array([e for e, _ in rows], pa.int64())
+    slots = pa.array([s for _, s in rows], pa.int64())
+    column = dlsn_column(segment, entries, slots)
+    column.validate(full=True)
+    assert column.type == pa.string()
+    assert column.to_pylist() == [DLSN(segment, e, s).serialize() for e, s in rows]
+    # Sliced inputs (an array's offset into its buffers) are read from their offset.
+    if rows:
+        tail = dlsn_column(segment, entries.slice(1), slots.slice(1))
+        assert tail.to_pylist() == [DLSN(segment, e, s).serialize() for e, s in rows[1:]]
 
 
 def test_arrow_batch_matches_the_schema() -> None:
-    batch = _batch("s", ["x", "y"], 3, [0, 1], [0, 0], [10, 11], [b"a", b""])
+    batch = _batch(
+        "s",
+        3,
+        array("q", [0, 1]),
+        [pa.array([0], pa.int64()), pa.array([0], pa.int64())],
+        [pa.array([10, 11], pa.int64())],
+        [pa.array([b"a"]), pa.array([b""])],
+    )
+    batch.validate(full=True)
     assert batch.schema.equals(ARROW_SCHEMA)
     assert batch.column("payload").to_pylist() == [b"a", b""]
     assert batch.column("segment").to_pylist() == [3, 3]
-    assert batch.column("stream").type == pa.string()
+    assert batch.column("entry").to_pylist() == [0, 1]
+    assert batch.column("stream").to_pylist() == ["s", "s"]
+    assert batch.column("dlsn").to_pylist() == [
+        DLSN(3, 0, 0).serialize(),
+        DLSN(3, 1, 0).serialize(),
+    ]
