@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from operator import index
 from typing import Any
 
@@ -575,6 +575,57 @@ class RecordSetWriter:
              self._has_user_records, self._max_txid) = saved  # fmt: skip
             raise
         return first
+
+    def append_many(self, records: Sequence[LogRecord], start: int, threshold: int) -> int:
+        """Append ``records[start:]`` in order while they fit, stopping after
+        the record that brings the entry to ``threshold`` bytes or more (a
+        writer's flush threshold); returns the index after the last record
+        appended. A record that does not fit ends the run unless the entry
+        is empty (then it raises, as :meth:`append` does).
+
+        The slots of the records appended are consecutive, from
+        :attr:`num_records` before the call, when none is a record set.
+        """
+        buf = self._buf
+        limit = self._limit
+        count = self._count
+        position = first_position = self._last_position
+        max_txid = self._max_txid
+        pack = _pack_record_header
+        header = RECORD_HEADER_SIZE
+        n = len(records)
+        i = start
+        try:
+            while i < n:
+                record = records[i]
+                payload = record.payload
+                size = len(payload)
+                new_size = len(buf) + header + size
+                if new_size > limit and (count or new_size > MAX_LOGRECORDSET_SIZE):
+                    if count:
+                        break
+                    self._refuse(size)
+                txid = record.txid
+                if record.flags or size > MAX_PAYLOAD_SIZE or position >= _INT32_MAX:
+                    # Anything but a plain record: the general path.
+                    self._count, self._last_position, self._max_txid = count, position, max_txid
+                    self.append(record)
+                    count, position, max_txid = self._count, self._last_position, self._max_txid
+                else:
+                    position += 1
+                    buf += pack(position << _POSITION_SHIFT, txid, size)
+                    buf += payload
+                    count += 1
+                    if max_txid is None or txid > max_txid:
+                        max_txid = txid
+                i += 1
+                if len(buf) >= threshold:
+                    break
+        finally:
+            if position != first_position:  # only user records advance it
+                self._has_user_records = True
+            self._count, self._last_position, self._max_txid = count, position, max_txid
+        return i
 
     def _refuse(self, payload_len: int) -> None:
         _check_payload_size(payload_len)

@@ -617,3 +617,67 @@ def test_writer_stays_usable_after_build(payload: bytes) -> None:
     second = w.build()
     assert len(decode_entry(first, 1, 0)) == 1
     assert [r.payload for r in decode_entry(second, 1, 0)] == [payload, payload]
+
+
+# ---------------------------------------------------------------------------
+# RecordSetWriter.append_many: a writer's bulk path
+# ---------------------------------------------------------------------------
+
+
+def _one_by_one(records: list[LogRecord], threshold: int) -> list[bytes]:
+    """Entries as a writer appending record by record would build them."""
+    entries, w = [], RecordSetWriter(last_position=5)
+    for r in records:
+        if w.num_records and not w.fits(r):
+            entries.append(w.build())
+            w = RecordSetWriter(last_position=w.last_position)
+        w.append(r)
+        if w.num_bytes >= threshold:
+            entries.append(w.build())
+            w = RecordSetWriter(last_position=w.last_position)
+    if w.num_records:
+        entries.append(w.build())
+    return entries
+
+
+@pytest.mark.parametrize("threshold", [0, 50, 300, MAX_LOGRECORDSET_SIZE])
+def test_append_many_builds_the_entries_appending_one_by_one_builds(threshold: int) -> None:
+    records = [LogRecord(i, b"p" * (i % 7 * 40)) for i in range(60)]
+    records[10] = LogRecord.control_record(9)
+    records[20] = LogRecord(20, b"big" * 100_000)
+    entries, w, i = [], RecordSetWriter(last_position=5), 0
+    slots = []
+    while i < len(records):
+        first = w.num_records
+        j = w.append_many(records, i, threshold)
+        slots.append((first, j - i))
+        i = j
+        if i < len(records) or w.num_bytes >= threshold:
+            entries.append(w.build())
+            w = RecordSetWriter(last_position=w.last_position)
+    if w.num_records:
+        entries.append(w.build())
+    assert entries == _one_by_one(records, threshold)
+    decoded = [r for k, e in enumerate(entries) for r in decode_entry(e, 1, k)]
+    assert [r.txid for r in decoded] == [r.txid for r in records]
+    # Positions go on from last_position; the control record repeats one.
+    assert decoded[0].position == 6 and decoded[10].position == decoded[9].position
+
+
+def test_append_many_keeps_the_writer_state() -> None:
+    w = RecordSetWriter()
+    assert not w.has_user_records
+    assert w.append_many([LogRecord.control_record(3)], 0, 1 << 20) == 1
+    assert not w.has_user_records and w.max_txid == 3 and w.last_position == 0
+    assert w.append_many([LogRecord(7, b"a"), LogRecord(5, b"b")], 0, 1 << 20) == 2
+    assert w.has_user_records and w.max_txid == 7 and w.last_position == 2
+    assert w.num_records == 3
+    assert w.append_many([LogRecord(8, b"c"), LogRecord(9, b"d")], 1, 1 << 20) == 2
+    assert [r.txid for r in decode_entry(w.build(), 1, 0)] == [3, 7, 5, 9]
+
+
+def test_append_many_stops_at_a_record_that_does_not_fit() -> None:
+    w = RecordSetWriter(max_bytes=ENTRY_HEADER_SIZE + 2 * (RECORD_HEADER_SIZE + 10))
+    records = [LogRecord(i, b"x" * 10) for i in range(5)]
+    assert w.append_many(records, 0, 1 << 20) == 2
+    assert w.num_records == 2
