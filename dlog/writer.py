@@ -3,10 +3,14 @@
 Opening a writer takes the stream's lock, recovers (fences and completes)
 any segment a previous writer left in progress, and purges segments past
 retention. Records are batched into entries (record sets): an entry is
-sent when it reaches ``writerOutputBufferSize``, after
-``periodicFlushFrequencyMilliSeconds``, or at once with
-``enableImmediateFlush``. A record's future resolves with its DLSN once its
-entry is durable on an ack quorum.
+sent when it reaches ``writerOutputBufferSize`` (0: every record at once) or
+after ``periodicFlushFrequencyMilliSeconds``. A record's future resolves
+with its DLSN once its entry is durable on an ack quorum; a bulk write
+(:meth:`LogWriter.write_bulk_nowait`) has one future for all its records,
+resolved from the entries that hold them, whose DLSNs are computed on
+demand (:class:`WrittenDLSNs`). Tailing readers see an entry once its LAC
+is published: on the next entry, or explicitly once the writer is idle; with
+``enableImmediateFlush`` as soon as each entry completes.
 
 Segments roll at ``maxLogSegmentBytes`` or ``logSegmentRollingMinutes``:
 the old segment's remaining entries are flushed, its ledger is closed and
@@ -25,10 +29,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import logging
 import time
+from bisect import bisect_right
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
+from typing import overload
 
 from dlog.dlsn import DLSN
 from dlog.errors import (
@@ -63,6 +70,82 @@ log = logging.getLogger(__name__)
 
 _tuple_new = tuple.__new__
 
+#: Where records of a bulk write went: (segment sequence number, entry id,
+#: first slot, records), one per entry holding some of them.
+_Part = tuple[int, int, int, int]
+
+
+class WrittenDLSNs(Sequence[DLSN]):
+    """The DLSNs of a bulk write's records, in order. Records of one entry
+    take consecutive slots, so each DLSN is computed when asked for from
+    the entries that hold the records; none is built up front."""
+
+    __slots__ = ("_ends", "_parts")
+
+    def __init__(self, parts: Sequence[_Part]) -> None:
+        self._parts = list(parts)
+        self._ends = list(itertools.accumulate(p[3] for p in self._parts))
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    @overload
+    def __getitem__(self, i: int) -> DLSN: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[DLSN]: ...
+    def __getitem__(self, i: int | slice) -> DLSN | list[DLSN]:
+        n = len(self)
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(n))]
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("bulk write result index out of range")
+        k = bisect_right(self._ends, i)
+        seqno, entry_id, first, count = self._parts[k]
+        return _tuple_new(DLSN, (seqno, entry_id, first + i - (self._ends[k] - count)))
+
+    def __iter__(self) -> Iterator[DLSN]:
+        new = _tuple_new
+        for seqno, entry_id, first, count in self._parts:
+            for slot in range(first, first + count):
+                yield new(DLSN, (seqno, entry_id, slot))
+
+    @property
+    def entries(self) -> int:
+        """How many entries hold the records."""
+        return len(self._parts)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, WrittenDLSNs):
+            return list(self) == list(other)
+        if isinstance(other, list):
+            return list(self) == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"WrittenDLSNs({list(self)!r})"
+
+
+class _Bulk:
+    """One bulk write waiting for its entries."""
+
+    __slots__ = ("future", "parts", "remaining")
+
+    def __init__(self, future: asyncio.Future[WrittenDLSNs], records: int) -> None:
+        self.future = future
+        self.parts: list[_Part] = []
+        self.remaining = records
+
+
+_Waiter = asyncio.Future[DLSN] | _Bulk
+
+
+def _future_of(waiter: _Waiter) -> asyncio.Future[DLSN] | asyncio.Future[WrittenDLSNs]:
+    return waiter.future if isinstance(waiter, _Bulk) else waiter
+
 
 @dataclasses.dataclass(eq=False)
 class _Segment:
@@ -71,6 +154,7 @@ class _Segment:
     appender: LedgerAppender
     buffer: RecordSetWriter
     futures: list[tuple[asyncio.Future[DLSN], int]] = dataclasses.field(default_factory=list)
+    bulks: list[tuple[_Bulk, int, int]] = dataclasses.field(default_factory=list)
     last_position: int = 0
     last_txid: int | None = None
     last_slot: int = -1
@@ -100,7 +184,7 @@ class LogWriter:
         )
         self._buffer_size = conf.writer_output_buffer_size
         self._flush_s = conf.periodic_flush_frequency_milli_seconds / 1000.0
-        self._immediate = conf.enable_immediate_flush
+        self._lac_eager = conf.enable_immediate_flush
         self._max_segment_bytes = conf.max_log_segment_bytes
         self._max_segment_age = conf.log_segment_rolling_minutes * 60.0
         self._roll_policy = RollPolicy(
@@ -111,7 +195,9 @@ class LogWriter:
         # A deque: records written before the first segment exists (or
         # during a roll) can number hundreds of thousands; list.pop(0) made
         # draining them quadratic.
-        self._queued: deque[tuple[LogRecord, asyncio.Future[DLSN]]] = deque()
+        # A bulk write waits there as one item (its records not yet buffered).
+        self._queued: deque[tuple[LogRecord, asyncio.Future[DLSN]] | tuple[list[LogRecord], _Bulk]]
+        self._queued = deque()
         self._starting: asyncio.Task[None] | None = None
         self._completing: asyncio.Task[None] | None = None
         self._error: DLogError | None = None
@@ -254,18 +340,92 @@ class LogWriter:
 
     async def write_bulk(self, records: Iterable[LogRecord]) -> list[DLSN]:
         """Write records in order; returns their DLSNs once all are durable."""
-        futures = [self.write_nowait(r) for r in records]
-        return list(await asyncio.gather(*futures))
+        return list(await self.write_bulk_nowait(records))
+
+    def write_bulk_nowait(self, records: Iterable[LogRecord]) -> asyncio.Future[WrittenDLSNs]:
+        """Queue ``records`` in order; one future resolves to their DLSNs
+        once every entry holding them is durable, or fails with the first
+        error (the writer fails for good then: see :meth:`write_nowait`).
+
+        Txids are checked for all the records before any is queued: one out
+        of order raises TransactionIdOutOfOrderError and writes none. The
+        records are batched as :meth:`write_nowait` would batch them, and
+        fill entries as written; the cost per record is that of encoding it."""
+        self._check()
+        batch = records if type(records) is list else list(records)
+        last = self._last_txid
+        plain = True
+        for record in batch:
+            txid = record.txid
+            if txid < last:
+                raise TransactionIdOutOfOrderError(last, txid)
+            last = txid
+            if record.flags:
+                plain = False
+        future: asyncio.Future[WrittenDLSNs] = self._loop.create_future()
+        if not plain:
+            # Control records, record sets (several slots each): one by one.
+            self._gather(future, [self.write_nowait(r) for r in batch])
+            return future
+        self._last_txid = last
+        if not batch:
+            future.set_result(WrittenDLSNs([]))
+            return future
+        bulk = _Bulk(future, len(batch))
+        seg = self._segment
+        if seg is None or seg.rolling:
+            self._queued.append((batch, bulk))
+            self._ensure_segment()
+        else:
+            done = self._buffer_bulk(seg, batch, 0, bulk)
+            if done < len(batch):  # the segment started rolling
+                self._queued.append((batch[done:], bulk))
+                self._ensure_segment()
+        return future
+
+    def _gather(
+        self, future: asyncio.Future[WrittenDLSNs], futures: list[asyncio.Future[DLSN]]
+    ) -> None:
+        def done(f: asyncio.Future[list[DLSN]]) -> None:
+            if future.done():
+                return
+            if f.exception() is not None:
+                future.set_exception(f.exception())  # type: ignore[arg-type]
+            else:
+                future.set_result(WrittenDLSNs([(*d, 1) for d in f.result()]))
+
+        asyncio.gather(*futures).add_done_callback(done)
 
     def _buffer(self, seg: _Segment, record: LogRecord, fut: asyncio.Future[DLSN]) -> None:
         if seg.buffer.num_records and not seg.buffer.fits(record):
             self._transmit(seg)
         slot = seg.buffer.append(record)
         seg.futures.append((fut, slot))
-        if self._immediate or seg.buffer.num_bytes >= self._buffer_size:
+        if seg.buffer.num_bytes >= self._buffer_size:
             self._transmit(seg)
         elif self._flush_s > 0 and seg.timer is None:
             seg.timer = self._loop.call_later(self._flush_s, self._transmit, seg)
+
+    def _buffer_bulk(self, seg: _Segment, batch: list[LogRecord], start: int, bulk: _Bulk) -> int:
+        """Buffer ``batch[start:]`` (plain records) into ``seg``, sending
+        entries as they fill; returns the index of the first record not
+        buffered: ``len(batch)``, or less if the segment started rolling."""
+        n = len(batch)
+        i = start
+        threshold = self._buffer_size
+        while i < n:
+            buffer = seg.buffer
+            first = buffer.num_records
+            j = buffer.append_many(batch, i, threshold)
+            seg.bulks.append((bulk, first, j - i))
+            i = j
+            if i < n or buffer.num_bytes >= threshold:
+                self._transmit(seg)
+                if seg.rolling:
+                    return i
+            elif self._flush_s > 0 and seg.timer is None:
+                seg.timer = self._loop.call_later(self._flush_s, self._transmit, seg)
+        return i
 
     def _transmit(self, seg: _Segment) -> None:
         if seg.timer is not None:
@@ -276,6 +436,7 @@ class LogWriter:
             return
         data = buffer.build()
         futures, seg.futures = seg.futures, []
+        bulks, seg.bulks = seg.bulks, []
         if buffer.max_txid is not None:
             seg.last_txid = (
                 buffer.max_txid if seg.last_txid is None else max(seg.last_txid, buffer.max_txid)
@@ -284,10 +445,15 @@ class LogWriter:
         seg.last_position = buffer.last_position
         seg.buffer = RecordSetWriter(compression=self._compression, last_position=seg.last_position)
         seqno = seg.meta.log_segment_sequence_no
+        last_slot = seg.last_slot
         try:
-            seg.appender.append(data, lambda f: self._transmitted(seg, seqno, futures, f))
+            seg.appender.append(
+                data, lambda f: self._transmitted(seg, seqno, last_slot, futures, bulks, f)
+            )
         except DLogError as e:
-            fail_futures((fut for fut, _ in futures), self._write_failed(e))
+            error = self._write_failed(e)
+            fail_futures((fut for fut, _ in futures), error)
+            fail_futures((b.future for b, _, _ in bulks), error)
             return
         if not seg.rolling:
             reason = seg.appender.roll_reason()
@@ -298,25 +464,32 @@ class LogWriter:
         self,
         seg: _Segment,
         seqno: int,
+        last_slot: int,
         futures: list[tuple[asyncio.Future[DLSN], int]],
+        bulks: list[tuple[_Bulk, int, int]],
         entry_fut: asyncio.Future[int],
     ) -> None:
         exc = entry_fut.exception()
         if exc is not None:
-            fail_futures(
-                (fut for fut, _ in futures), self._write_failed(seg.appender.map_error(exc))
-            )
+            error = self._write_failed(seg.appender.map_error(exc))
+            fail_futures((fut for fut, _ in futures), error)
+            fail_futures((b.future for b, _, _ in bulks), error)
             return
         entry_id = entry_fut.result()
-        last = None
         # Once per record: build the DLSN tuple directly, skipping the
         # constructor's range checks (all three are known-good ints).
         new = _tuple_new
         for fut, slot in futures:
-            last = new(DLSN, (seqno, entry_id, slot))
             if not fut.done():
-                fut.set_result(last)
-        if last is not None and last > self._last_dlsn:
+                fut.set_result(new(DLSN, (seqno, entry_id, slot)))
+        for bulk, first, count in bulks:
+            bulk.parts.append((seqno, entry_id, first, count))
+            bulk.remaining -= count
+            if bulk.remaining == 0 and not bulk.future.done():
+                bulk.parts.sort()  # entries complete in order; this only makes sure
+                bulk.future.set_result(WrittenDLSNs(bulk.parts))
+        last = new(DLSN, (seqno, entry_id, last_slot))
+        if last > self._last_dlsn:
             self._last_dlsn = last
 
     def _fenced(self) -> WriteFencedError:
@@ -347,7 +520,7 @@ class LogWriter:
         self._error = error
         log.error("stream %s: writer failed: %s", self.name, error)
         queued, self._queued = self._queued, deque()
-        fail_futures((fut for _, fut in queued), error)
+        fail_futures((_future_of(waiter) for _, waiter in queued), error)
         seg = self._segment
         if seg is not None:
             if seg.timer is not None:
@@ -355,6 +528,8 @@ class LogWriter:
                 seg.timer = None
             pending, seg.futures = seg.futures, []
             fail_futures((fut for fut, _ in pending), error)
+            bulks, seg.bulks = seg.bulks, []
+            fail_futures((b.future for b, _, _ in bulks), error)
 
     # ------------------------------------------------------------------
     # segments
@@ -368,7 +543,8 @@ class LogWriter:
 
     async def _start_segment(self) -> None:
         try:
-            seg = await self._create_segment(self._queued[0][0].txid)
+            item = self._queued[0][0]
+            seg = await self._create_segment(item[0].txid if isinstance(item, list) else item.txid)
         except DLogError as e:
             self._set_error(e)
             return
@@ -392,9 +568,16 @@ class LogWriter:
             if seg is None or seg.rolling or self._error is not None:
                 self._ensure_segment()
                 return
-            record, fut = self._queued.popleft()
-            if not fut.done():
-                self._buffer(seg, record, fut)
+            item, waiter = self._queued.popleft()
+            if isinstance(waiter, _Bulk):
+                assert isinstance(item, list)
+                if not waiter.future.done():
+                    done = self._buffer_bulk(seg, item, 0, waiter)
+                    if done < len(item):  # the segment started rolling
+                        self._queued.appendleft((item[done:], waiter))
+            elif not waiter.done():
+                assert isinstance(item, LogRecord)
+                self._buffer(seg, item, waiter)
 
     async def _create_segment(self, first_txid: int) -> _Segment:
         seqno = self._next_seqno
@@ -415,6 +598,7 @@ class LogWriter:
             fenced=self._fenced,
             passthrough=(WriteFencedError, LockingError),
             policy=self._roll_policy,
+            lac_eager=self._lac_eager,
             # Idle: publish the LAC so tailing readers see the last entry,
             # unless the segment is rolling (closing it seals the LAC).
             lac_wanted=lambda: seg is not None and not seg.rolling,

@@ -193,10 +193,13 @@ class DLogConfig(Config):
     enable_immediate_flush: bool = setting(
         "enableImmediateFlush",
         False,
-        "Once an entry's add completes, send a control record at once so that readers "
-        "see that entry without waiting for the next one (it advances the last add "
-        "confirmed). Does not send buffered records sooner. DistributedLog's default "
-        "false, kept.",
+        "Once an entry's add completes, publish the last add confirmed at once (an "
+        "explicit LAC, where DistributedLog writes a control record), even while later "
+        "entries are in flight, so that tailing readers see that entry without waiting "
+        "for the next one. Without it the LAC rides on the next entry, or is published "
+        "once the writer is idle. Does not send buffered records sooner: for the lowest "
+        "latency pair it with writerOutputBufferSize=0. DistributedLog's default false, "
+        "kept.",
     )
     log_flush_timeout_seconds: int = setting(
         "logFlushTimeoutSeconds",

@@ -144,3 +144,58 @@ def test_map_error(error, passthrough, fenced_by, expected) -> None:
     assert type(mapped) is expected
     if expected is BKTransmitError:
         assert str(mapped).startswith("stream 's': writing to bookies failed")
+
+
+class _FakeHandle:
+    """Appends complete when the test says; explicit LACs are recorded."""
+
+    ledger_id = 6
+    is_closed = False
+
+    def __init__(self) -> None:
+        self.futures: list[asyncio.Future[int]] = []
+        self.last_add_confirmed = -1
+        self.lac_published = -1
+        self.lacs: list[int] = []
+
+    @property
+    def pending(self) -> int:
+        return sum(not f.done() for f in self.futures)
+
+    def append_nowait(self, data: bytes) -> asyncio.Future[int]:
+        self.futures.append(asyncio.get_running_loop().create_future())
+        return self.futures[-1]
+
+    def complete(self, entry_id: int) -> None:
+        self.last_add_confirmed = entry_id
+        self.futures[entry_id].set_result(entry_id)
+
+    async def write_lac(self) -> None:
+        self.lac_published = self.last_add_confirmed
+        self.lacs.append(self.last_add_confirmed)
+
+
+@pytest.mark.parametrize("eager", [False, True])
+async def test_an_eager_appender_publishes_the_lac_while_appends_are_in_flight(eager) -> None:
+    handle = _FakeHandle()
+    appender = LedgerAppender(
+        handle,  # type: ignore[arg-type]
+        name="stream 's'",
+        tasks=BackgroundTasks(),
+        fenced=lambda: WriteFencedError("fenced"),
+        lac_eager=eager,
+    )
+    for _ in range(3):
+        appender.append(b"x", lambda f: None)
+    handle.complete(0)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    # Entry 1 went out before entry 0 completed: only an explicit LAC tells
+    # readers about entry 0 while entries 1 and 2 are in flight.
+    assert handle.lacs == ([0] if eager else [])
+    handle.complete(1)
+    handle.complete(2)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    await appender.lac_settled()
+    assert handle.lacs[-1] == 2  # idle: published either way

@@ -1,0 +1,160 @@
+"""Bulk writes (one future per bulk, DLSNs computed from the entries), the
+reader's entry-at-a-time handoff, and enableImmediateFlush. Real ZooKeeper
+and real (in-process) bookies."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from dlog.conf.dlog import DLogConfig
+from dlog.errors import BKTransmitError, TransactionIdOutOfOrderError
+from dlog.namespace import Namespace
+from dlog.reader import LogReader
+from dlog.record import LogRecord, LogRecordWithDLSN
+from dlog.writer import WrittenDLSNs
+from tests.conftest import TEST_NAMESPACE_SETTINGS
+
+
+def payload(i: int) -> bytes:
+    return b"bulk-%06d-" % i + b"y" * 60
+
+
+async def read_all(reader: LogReader, n: int) -> list[LogRecordWithDLSN]:
+    got: list[LogRecordWithDLSN] = []
+    while len(got) < n:
+        batch = await reader.read_bulk(n - len(got), timeout=10)
+        assert batch, f"stalled after {len(got)} records"
+        got.extend(batch)
+    return got
+
+
+async def test_bulk_dlsns_are_those_readers_read_across_entries_and_rolls(
+    open_namespace: Any,
+) -> None:
+    ns = await open_namespace(maxLogSegmentBytes=4096, writerOutputBufferSize=1024)
+    lm = await ns.open_log("bulk")
+    writer = await lm.open_writer()
+    # The first bulk waits for the first segment; the rest fill entries as
+    # they go, roll segments midway, and mix with single writes.
+    first = writer.write_bulk_nowait(LogRecord(i, payload(i)) for i in range(150))
+    single = writer.write_nowait(LogRecord(150, payload(150)))
+    second = writer.write_bulk_nowait([LogRecord(i, payload(i)) for i in range(151, 400)])
+    third = await writer.write_bulk([LogRecord(i, payload(i)) for i in range(400, 410)])
+    a, b = await first, await second
+    # Written into a live segment, rolling it midway: the rest waits for the next.
+    fourth = await asyncio.wait_for(
+        writer.write_bulk_nowait([LogRecord(i, payload(i)) for i in range(410, 600)]), 60
+    )
+    assert len({d.log_segment_sequence_no for d in fourth}) > 1
+    assert isinstance(a, WrittenDLSNs) and len(a) == 150 and len(b) == 249
+    assert a.entries > 1 and b.entries > 1
+    expected = [*a, await single, *b, *third, *fourth]
+    assert len({d.log_segment_sequence_no for d in expected}) > 1  # rolled
+    assert a == list(a) and a[-1] == list(a)[-1] and a[3:6] == list(a)[3:6]
+    assert writer.last_dlsn == expected[-1]
+    seg = writer._segment
+    assert seg is not None and not seg.appender._lac_eager  # the default
+    await writer.close()
+    reader = await lm.open_reader()
+    got = await read_all(reader, 600)
+    assert [r.txid for r in got] == list(range(600))
+    assert [r.payload for r in got] == [payload(i) for i in range(600)]
+    assert [r.dlsn for r in got] == expected
+    await reader.close()
+
+
+async def test_bulk_txids_are_checked_before_any_record_is_written(open_namespace: Any) -> None:
+    ns = await open_namespace()
+    lm = await ns.open_log("order")
+    writer = await lm.open_writer()
+    await writer.write_bulk([LogRecord(1, b"a"), LogRecord(2, b"b")])
+    with pytest.raises(TransactionIdOutOfOrderError):
+        writer.write_bulk_nowait([LogRecord(3, b"c"), LogRecord(4, b"d"), LogRecord(0, b"e")])
+    assert writer.last_txid == 2
+    assert len(await writer.write_bulk_nowait([])) == 0
+    await writer.write_bulk([LogRecord(3, b"f")])
+    await writer.close()
+    reader = await lm.open_reader()
+    assert [r.payload for r in await read_all(reader, 3)] == [b"a", b"b", b"f"]
+    assert await reader.read_bulk(10, timeout=0.2) == []
+    await reader.close()
+
+
+async def test_control_records_in_a_bulk_take_their_slots_and_readers_skip_them(
+    open_namespace: Any,
+) -> None:
+    ns = await open_namespace()
+    lm = await ns.open_log("control")
+    writer = await lm.open_writer()
+    records = [
+        LogRecord(1, b"one"),
+        LogRecord.control_record(1),
+        LogRecord(2, b"two"),
+        LogRecord(3, b"three"),
+    ]
+    dlsns = await writer.write_bulk_nowait(records)
+    assert [d.slot_id for d in dlsns] == [0, 1, 2, 3]
+    assert len({d.entry_id for d in dlsns}) == 1  # one entry, a control record inside it
+    plain = await writer.write_bulk_nowait([LogRecord(i, b"p%d" % i) for i in range(4, 8)])
+    assert plain.entries == 1
+    await writer.close()
+    reader = await lm.open_reader()
+    got = await read_all(reader, 3)
+    assert [(r.txid, r.payload) for r in got] == [(1, b"one"), (2, b"two"), (3, b"three")]
+    assert [r.dlsn for r in got] == [dlsns[0], dlsns[2], dlsns[3]]
+    await reader.close()
+    # Started inside that entry: the records before the start are skipped.
+    reader = await lm.open_reader(from_dlsn=dlsns[2])
+    assert [r.txid for r in await read_all(reader, 2)] == [2, 3]
+    await reader.close()
+    reader = await lm.open_reader(from_dlsn=plain[2])
+    assert [r.txid for r in await read_all(reader, 2)] == [6, 7]
+    await reader.close()
+
+
+async def test_a_failed_write_fails_the_bulk_future(
+    make_bookie: Any, zk_server: Any, zk_root: str, ledgers_uri: str
+) -> None:
+    bookies = [await make_bookie(f"b{i}") for i in range(3)]
+    conf = DLogConfig.load(
+        overrides={**TEST_NAMESPACE_SETTINGS, "bkc.metadataServiceUri": ledgers_uri}
+    )
+    ns = await Namespace.open(
+        f"distributedlog://{zk_server.connect_string}{zk_root}/ns", conf, bind=True
+    )
+    try:
+        writer = await (await ns.open_log("failing")).open_writer()
+        await writer.write_bulk([LogRecord(1, b"fine")])
+        for b in bookies[:2]:
+            await b.stop()
+        future = writer.write_bulk_nowait([LogRecord(i, b"lost") for i in range(2, 50)])
+        with pytest.raises(BKTransmitError):
+            await asyncio.wait_for(future, 60)
+        await writer.close()
+    finally:
+        await ns.close()
+
+
+async def test_immediate_flush_batches_records_and_readers_see_each_entry(
+    open_namespace: Any,
+) -> None:
+    """enableImmediateFlush publishes the LAC; it does not send records one
+    by one: records written together still share an entry."""
+    ns = await open_namespace(enableImmediateFlush=True, periodicFlushFrequencyMilliSeconds=50)
+    lm = await ns.open_log("immediate")
+    writer = await lm.open_writer()
+    reader = await lm.open_reader()
+    futures = [writer.write_nowait(LogRecord(i, payload(i))) for i in range(20)]
+    dlsns = await asyncio.gather(*futures)
+    assert len({d.entry_id for d in dlsns}) == 1
+    # Its appender publishes each entry's LAC as soon as the entry completes.
+    seg = writer._segment
+    assert seg is not None and seg.appender._lac_eager
+    # The tailing reader sees that (last) entry without another one after it.
+    got = await read_all(reader, 20)
+    assert [r.dlsn for r in got] == dlsns
+    await reader.close()
+    await writer.close()
