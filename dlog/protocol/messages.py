@@ -342,22 +342,28 @@ def _header_bytes(operation: int, txn_id: int) -> bytes:
 _ADD_HEADER_PREFIX = _HEADER_PREFIX[ADD_ENTRY]
 
 
+#: (status, ledger id) -> the parts of an add response that depend only on
+#: them; a bookie answers many adds of few ledgers. Bounded: cleared when full.
+_ADD_PARTS: dict[tuple[int, int], tuple[bytes, bytes]] = {}
+_ADD_PARTS_MAX = 4096
+
+
 def encode_add_response(txn_id: int, status: int, ledger_id: int, entry_id: int) -> bytes:
     """``add_response(...).SerializeToString()``, without building messages."""
-    st = _varint(status)
-    sub = b"".join((b"\x08", st, b"\x10", _varint(ledger_id), b"\x18", _varint(entry_id)))
+    key = (status, ledger_id)
+    parts = _ADD_PARTS.get(key)
+    if parts is None:
+        if len(_ADD_PARTS) >= _ADD_PARTS_MAX:
+            _ADD_PARTS.clear()
+        st = _varint(status)
+        parts = _ADD_PARTS[key] = (
+            b"\x08" + st + b"\x10" + _varint(ledger_id) + b"\x18",  # addResponse up to entryId
+            b"\x10" + st + b"\xaa\x06",  # Response.status, then addResponse's tag
+        )
+    sub = parts[0] + _varint(entry_id)
     header = _ADD_HEADER_PREFIX + _varint(txn_id)
     return b"".join(
-        (
-            b"\x0a",
-            _VARINT_CACHE[len(header)],
-            header,
-            b"\x10",
-            st,
-            b"\xaa\x06",
-            _VARINT_CACHE[len(sub)],
-            sub,
-        )
+        (b"\x0a", _VARINT_CACHE[len(header)], header, parts[1], _VARINT_CACHE[len(sub)], sub)
     )
 
 
