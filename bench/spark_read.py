@@ -4,6 +4,11 @@ Starts a sandbox (a real ZooKeeper and three real bookie processes,
 dlog.sandbox) and writes ``--records`` (1,000,000) records of 100 bytes to
 one stream with the asyncio writer (pipelined, ``--in-flight`` records
 outstanding; default replication, see ``dlog_settings`` in the report).
+A second stream gets as many records of *varied* payload sizes
+(``--var-min``..``--var-max`` bytes, uniform, seeded; mean 100 by default),
+so that the executor's general decoding path is measured beside the
+fixed-size one (records of one size are decoded as uniform runs, by Arrow
+kernels; varied sizes are found by walking the record lengths).
 Then, in the same run, on the same data:
 
 * Spark: a local session (``--master``, default ``local[2]``) reads the
@@ -13,15 +18,17 @@ Then, in the same run, on the same data:
   plans from metadata. The query runs ``--spark-runs`` times: the first
   includes starting the Python workers, the best of the others is the
   steady state reported as ``rows_per_s``. Session start is timed apart.
+  The varied-size stream is then read ``--spark-runs - 1`` times (at least
+  once) in the same session; its best run is ``variable_length.spark``.
 * Baseline: dlog's plain Python reader (``LogManager.open_reader`` and
   ``read_bulk``, one process, one event loop) reading every record and
-  summing the payload lengths.
+  summing the payload lengths, on each stream.
 
 Prints one JSON document: Spark rows/s, reader records/s, their ratio, the
 timings, and the settings used (Spark master, partitions, entries, records
 per entry, dlog settings).
 
-    python bench/spark_read.py [--records 1000000] [--master local[2]] [--spark-runs 2]
+    python bench/spark_read.py [--records 1000000] [--master local[2]] [--spark-runs 4]
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import asyncio
 import json
 import os
 import platform
+import random
 import shutil
 import signal
 import sys
@@ -50,6 +58,8 @@ from dlog.sandbox.cluster import Sandbox
 
 RECORD_SIZE = 100
 STREAM = "spark-bench"
+VAR_STREAM = "spark-bench-varied"
+VAR_SEED = 1
 _REPORTED_KEYS = (
     "writerOutputBufferSize",
     "maxLogSegmentBytes",
@@ -63,28 +73,42 @@ _REPORTED_KEYS = (
 )
 
 
-async def write(uri: str, conf: DLogConfig, count: int, in_flight: int) -> dict[str, Any]:
+def payload_sizes(count: int, sizes: tuple[int, int] | None) -> list[int]:
+    """Each record's payload size: RECORD_SIZE, or uniform in ``sizes`` (seeded)."""
+    if sizes is None:
+        return [RECORD_SIZE] * count
+    rnd = random.Random(VAR_SEED)
+    return [rnd.randint(*sizes) for _ in range(count)]
+
+
+async def write(
+    uri: str, conf: DLogConfig, stream: str, sizes: list[int], in_flight: int
+) -> dict[str, Any]:
+    count = len(sizes)
     async with await Namespace.open(uri, conf) as ns:
-        if await ns.log_exists(STREAM):
-            await ns.delete_log(STREAM)
-        log = await ns.open_log(STREAM)
+        if await ns.log_exists(stream):
+            await ns.delete_log(stream)
+        log = await ns.open_log(stream)
         writer = await log.open_writer()
-        pad = os.urandom(RECORD_SIZE - 8)
+        pad = os.urandom(max(sizes, default=8))
         pending: deque[asyncio.Future[DLSN]] = deque()
         t0 = time.perf_counter()
         last = None
-        for i in range(count):
-            pending.append(writer.write_nowait(LogRecord(i, i.to_bytes(8, "big") + pad)))
+        for i, size in enumerate(sizes):
+            payload = i.to_bytes(8, "big") + pad[: size - 8]
+            pending.append(writer.write_nowait(LogRecord(i, payload)))
             if len(pending) >= in_flight:
                 last = await pending.popleft()
         while pending:
             last = await pending.popleft()
         await writer.close()
         seconds = time.perf_counter() - t0
-        segments = [seg for seg, _ in await ns.store.get_segments(STREAM)]
+        segments = [seg for seg, _ in await ns.store.get_segments(stream)]
     entries = sum(seg.last_entry_id + 1 for seg in segments)
     return {
+        "stream": stream,
         "records": count,
+        "payload_bytes": sum(sizes),
         "seconds": round(seconds, 3),
         "records_per_s": round(count / seconds),
         "segments": len(segments),
@@ -94,10 +118,10 @@ async def write(uri: str, conf: DLogConfig, count: int, in_flight: int) -> dict[
     }
 
 
-async def python_reader(uri: str, conf: DLogConfig, count: int) -> dict[str, Any]:
+async def python_reader(uri: str, conf: DLogConfig, stream: str, count: int) -> dict[str, Any]:
     """The baseline: every record through dlog's own reader."""
     async with await Namespace.open(uri, conf) as ns:
-        log = await ns.open_log(STREAM)
+        log = await ns.open_log(stream)
         n = total = 0
         t0 = time.perf_counter()
         async with await log.open_reader() as reader:
@@ -138,11 +162,12 @@ def spark_read(uri: str, args: argparse.Namespace, dlog_settings: dict[str, str]
     spark.sparkContext.setLogLevel("ERROR")
     dlog.spark.register(spark)
     session_start = time.perf_counter() - t0
-    try:
+
+    def query(stream: str, times: int) -> tuple[int, list[dict[str, Any]]]:
         reader = (
             spark.read.format("dlog")
             .option("uri", uri)
-            .option("stream", STREAM)
+            .option("stream", stream)
             .option("entriesPerPartition", str(args.entries_per_partition))
         )
         for k, v in dlog_settings.items():
@@ -150,29 +175,44 @@ def spark_read(uri: str, args: argparse.Namespace, dlog_settings: dict[str, str]
         df = reader.load()
         partitions = df.rdd.getNumPartitions()
         runs = []
-        for _ in range(args.spark_runs):
+        for _ in range(times):
             t = time.perf_counter()
             row = df.agg(
                 F.count(F.lit(1)).alias("rows"), F.sum(F.length("payload")).alias("bytes")
             ).collect()[0]
             seconds = time.perf_counter() - t
             runs.append({"seconds": round(seconds, 3), "rows": row["rows"], "bytes": row["bytes"]})
+        return partitions, runs
+
+    try:
+        partitions, runs = query(STREAM, args.spark_runs)
+        var_partitions, var_runs = query(VAR_STREAM, max(1, args.spark_runs - 1))
     finally:
         spark.stop()
     steady = runs[1:] or runs
     best = min(steady, key=lambda r: r["seconds"])
+    var_best = min(var_runs, key=lambda r: r["seconds"])
     return {
         "master": args.master,
         "pyspark": pyspark.__version__,
         "session_start_seconds": round(session_start, 3),
         "partitions": partitions,
         "entries_per_partition": args.entries_per_partition,
+        "spark_runs": args.spark_runs,
         "runs": runs,
         "first_run_rows_per_s": round(runs[0]["rows"] / runs[0]["seconds"]),
         "rows": best["rows"],
         "payload_bytes": best["bytes"],
         "seconds": best["seconds"],
         "rows_per_s": round(best["rows"] / best["seconds"]),
+        "variable_length": {
+            "partitions": var_partitions,
+            "runs": var_runs,
+            "rows": var_best["rows"],
+            "payload_bytes": var_best["bytes"],
+            "seconds": var_best["seconds"],
+            "rows_per_s": round(var_best["rows"] / var_best["seconds"]),
+        },
     }
 
 
@@ -183,13 +223,17 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--in-flight", type=int, default=20_000, help="writes outstanding")
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--spark-runs", type=int, default=2, help="Spark queries (first is cold)")
+    parser.add_argument("--spark-runs", type=int, default=4, help="Spark queries (first is cold)")
+    parser.add_argument("--var-min", type=int, default=8, help="smallest varied payload (>= 8)")
+    parser.add_argument("--var-max", type=int, default=192, help="largest varied payload")
     parser.add_argument("--entries-per-partition", type=int, default=256)
     parser.add_argument("--dir", type=Path, default=None, help="where the sandbox keeps files")
     parser.add_argument(
         "--set", action="append", default=[], help="DLogConfig setting key=value (repeatable)"
     )
     args = parser.parse_args()
+    if not 8 <= args.var_min <= args.var_max:
+        parser.error("need 8 <= --var-min <= --var-max")
     dlog_settings = parse_sets(args.set)
     conf = DLogConfig.load(overrides=dlog_settings)  # a bad --set fails before anything starts
 
@@ -204,9 +248,13 @@ def main() -> None:
     try:
         sandbox.start()
         uri = sandbox.namespace_uri
-        written = asyncio.run(write(uri, conf, args.records, args.in_flight))
+        fixed_sizes = payload_sizes(args.records, None)
+        var_sizes = payload_sizes(args.records, (args.var_min, args.var_max))
+        written = asyncio.run(write(uri, conf, STREAM, fixed_sizes, args.in_flight))
+        var_written = asyncio.run(write(uri, conf, VAR_STREAM, var_sizes, args.in_flight))
         spark = spark_read(uri, args, dlog_settings)
-        baseline = asyncio.run(python_reader(uri, conf, args.records))
+        baseline = asyncio.run(python_reader(uri, conf, STREAM, args.records))
+        var_baseline = asyncio.run(python_reader(uri, conf, VAR_STREAM, args.records))
     except KeyboardInterrupt:
         print("interrupted: stopping the sandbox", file=sys.stderr)
         raise SystemExit(130) from None
@@ -221,6 +269,12 @@ def main() -> None:
         problems.append(f"Spark read {spark['rows']} rows / {spark['payload_bytes']} bytes")
     if baseline["records"] != args.records or baseline["payload_bytes"] != expected_bytes:
         problems.append(f"the reader read {baseline['records']} records")
+    var = spark.pop("variable_length")
+    var_bytes = var_written["payload_bytes"]
+    if var["rows"] != args.records or var["payload_bytes"] != var_bytes:
+        problems.append(f"Spark read {var['rows']} rows / {var['payload_bytes']} bytes (varied)")
+    if var_baseline["records"] != args.records or var_baseline["payload_bytes"] != var_bytes:
+        problems.append(f"the reader read {var_baseline['records']} records (varied)")
     settings = {k: conf.to_properties()[k] for k in _REPORTED_KEYS}
     settings.update(effective_settings(conf, DLogConfig()))
     report = {
@@ -240,6 +294,18 @@ def main() -> None:
             "spark_first_run_vs_reader": round(
                 spark["first_run_rows_per_s"] / baseline["records_per_s"], 3
             ),
+        },
+        "variable_length": {
+            "payload_sizes": f"uniform {args.var_min}..{args.var_max} bytes, seed {VAR_SEED}",
+            "write": var_written,
+            "spark": var,
+            "python_reader_baseline": var_baseline,
+            "ratios": {
+                "spark_rows_per_s_vs_reader_records_per_s": round(
+                    var["rows_per_s"] / var_baseline["records_per_s"], 3
+                ),
+                "spark_rows_per_s_vs_fixed_size": round(var["rows_per_s"] / spark["rows_per_s"], 3),
+            },
         },
         "dlog_settings": settings,
         "problems": problems,
