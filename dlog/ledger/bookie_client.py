@@ -168,14 +168,18 @@ class BookieClient:
                 OperationTimeoutError(f"bookie {self.address} did not answer in time")
             )
 
-    def send(self, req: Request, timeout: float | None = None) -> asyncio.Future[Response]:
-        """Send ``req`` (its txnId is assigned here); the future gets the Response."""
+    def send(
+        self, req: Request, timeout: float | None = None, *, now: bool = False
+    ) -> asyncio.Future[Response]:
+        """Send ``req`` (its txnId is assigned here); the future gets the
+        Response. Requests are written together once per loop pass; ``now``
+        writes this one (and any queued before it) at once."""
         txn = next(self._txn)
         req.header.txnId = txn
-        return self._send_encoded(txn, req.SerializeToString(), timeout)
+        return self._send_encoded(txn, req.SerializeToString(), timeout, now)
 
     def _send_encoded(
-        self, txn: int, data: bytes, timeout: float | None
+        self, txn: int, data: bytes, timeout: float | None, now: bool = False
     ) -> asyncio.Future[Response]:
         loop = self._loop or asyncio.get_running_loop()
         fut: asyncio.Future[Response] = loop.create_future()
@@ -188,7 +192,9 @@ class BookieClient:
         self._pending[txn] = (fut, timer)
         self._out.append(len(data).to_bytes(4, "big"))
         self._out.append(data)
-        if self._flush_handle is None:
+        if now:
+            self._flush()  # a pass already scheduled finds nothing left
+        elif self._flush_handle is None:
             self._flush_handle = loop.call_soon(self._flush)
         return fut
 
@@ -249,10 +255,18 @@ class BookieClient:
     async def read_lac(self, ledger_id: int, timeout: float | None = None) -> Response:
         return await self.send(m.read_lac_request(0, ledger_id), timeout)
 
-    async def write_lac(
-        self, ledger_id: int, lac: int, master_key: bytes, body: bytes, timeout: float | None = None
-    ) -> Response:
-        return await self.send(m.write_lac_request(0, ledger_id, lac, master_key, body), timeout)
+    def write_lac(
+        self,
+        ledger_id: int,
+        lac: int,
+        master_key: bytes,
+        body: bytes,
+        timeout: float | None = None,
+        *,
+        now: bool = False,
+    ) -> asyncio.Future[Response]:
+        """Sent when called (``now``: written at once, see :meth:`send`)."""
+        return self.send(m.write_lac_request(0, ledger_id, lac, master_key, body), timeout, now=now)
 
     async def force_ledger(self, ledger_id: int, timeout: float | None = None) -> Response:
         return await self.send(m.force_ledger_request(0, ledger_id), timeout)

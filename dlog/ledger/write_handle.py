@@ -45,7 +45,7 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING
 
 from dlog.errors import (
@@ -597,13 +597,24 @@ class WriteHandle:
         body = self.digest.compute_lac(lac)
 
         async def one(bookie: str) -> None:
-            with contextlib.suppress(Exception):
-                conn = await self.client.pool.get(bookie)
-                await conn.write_lac(
-                    self.ledger_id, lac, self.master_key, body, timeout=self._timeout
-                )
+            conn = await self.client.pool.get(bookie)
+            await conn.write_lac(self.ledger_id, lac, self.master_key, body, timeout=self._timeout)
 
-        await asyncio.gather(*(one(b) for b in list(self.ensemble)))
+        # Written now, not on the next loop pass: tailing readers wait for it
+        # (the caller's own work queued meanwhile would go first otherwise).
+        pool = self.client.pool
+        sent: list[Awaitable[object]] = []
+        for bookie in list(self.ensemble):
+            conn = pool.connected(bookie)
+            if conn is not None:
+                sent.append(
+                    conn.write_lac(
+                        self.ledger_id, lac, self.master_key, body, timeout=self._timeout, now=True
+                    )
+                )
+            else:
+                sent.append(one(bookie))
+        await asyncio.gather(*sent, return_exceptions=True)
 
     async def wait_pending(self, timeout: float | None = None) -> None:
         """Wait until every append issued so far completed or failed."""

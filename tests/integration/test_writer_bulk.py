@@ -158,3 +158,30 @@ async def test_immediate_flush_batches_records_and_readers_see_each_entry(
     assert [r.dlsn for r in got] == dlsns
     await reader.close()
     await writer.close()
+
+
+async def test_a_tailing_reader_long_polls_without_asking_for_the_lac_each_time(
+    open_namespace: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dlog.ledger.read_handle import ReadHandle
+
+    asked: list[int] = []
+    original = ReadHandle.read_last_add_confirmed
+
+    async def counted(self: ReadHandle) -> int:
+        asked.append(self.ledger_id)
+        return await original(self)
+
+    monkeypatch.setattr(ReadHandle, "read_last_add_confirmed", counted)
+    ns = await open_namespace()
+    lm = await ns.open_log("tail")
+    writer = await lm.open_writer()
+    await writer.write(LogRecord(0, b"first"))
+    reader = await lm.open_reader()
+    assert [r.txid for r in await read_all(reader, 1)] == [0]
+    for i in range(1, 11):  # one entry at a time, each read before the next
+        await writer.write(LogRecord(i, b"next"))
+        assert [r.txid for r in await read_all(reader, 1)] == [i]
+    assert len(asked) <= 2  # when the segment was opened, not once per entry
+    await reader.close()
+    await writer.close()
