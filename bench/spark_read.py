@@ -284,6 +284,11 @@ def main() -> None:
         "bookies": 3,
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
+        # Spark's Python processes (planner, executors) import dlog afresh:
+        # without a bytecode cache (PYTHONDONTWRITEBYTECODE and no __pycache__,
+        # unlike a pip install) each compiles dlog's modules from source, which
+        # the first run pays.
+        "python_writes_bytecode": not sys.dont_write_bytecode,
         "write": written,
         "spark": spark,
         "python_reader_baseline": baseline,
