@@ -3,9 +3,12 @@
 A partition (:class:`dlog.spark.planning.DlogPartition`) names a ledger, a
 run of its entries and the DLSN bounds of the records to keep. The entries
 are read without recovery (as the library's reader reads them, so an
-in-progress segment's writer is never fenced), decoded, filtered
-(``lower < dlsn <= upper``; control and end-of-stream records are skipped)
-and handed to Spark as Arrow record batches with the source's schema.
+in-progress segment's writer is never fenced), decoded column by column
+(:mod:`dlog.spark.columns`: the same rows as the library's ``decode_entry``,
+without a Python object per record), filtered (``lower < dlsn <= upper``;
+control and end-of-stream records are skipped) and handed to Spark as Arrow
+record batches with the source's schema, every column built from buffers
+(the DLSN text too, by one base64 pass over the batch).
 
 The ledger client is cached per Python worker process, keyed by metadata
 service URI and client settings (the ledger password, from ``digestPw``, is
@@ -132,7 +135,7 @@ def dlsn_text(segment: int, entry: int, slot: int) -> str:
 
 def _constant_string(value: str, n: int) -> pa.Array:
     data = value.encode()
-    if len(data) * n > _INT32_MAX:
+    if not data or len(data) * n > _INT32_MAX:
         return pa.array([value] * n, pa.string())
     return pa.Array.from_buffers(
         pa.string(), n, [None, _offsets(len(data), n), pa.py_buffer(data * n)]
