@@ -3,11 +3,21 @@ replicated E=3 W=2 A=2 on three local bookie processes, with a tailing
 reader in the same process.
 
 Starts a real ZooKeeper and three real bookie processes (dlog.sandbox).
-One writer keeps ``--in-flight`` records outstanding for ``--seconds``
-after a warm-up; each record's write latency runs from ``write_nowait`` to
-its DLSN. Every payload starts with the send time (``time.monotonic_ns``,
-8 bytes big-endian); a reader tailing the stream in the same process
-measures writer-to-reader latency when the record reaches the application.
+Three modes, each on its own stream with its settings printed:
+
+* **Throughput** (the user's defaults): one writer keeps ``--in-flight``
+  records outstanding for ``--seconds`` after a warm-up, in bulk writes of
+  ``--bulk`` records (``write_bulk_nowait``: one future per bulk); then a
+  moderate load, ``--moderate-in-flight`` records outstanding; then
+  ``--single-seconds`` of one ``write_nowait`` per record (a future each).
+* **Light load** (``writerOutputBufferSize=0``, ``enableImmediateFlush=true``:
+  every record sent at once, its LAC published as soon as it completes):
+  ``--light-rate`` records a second, open loop, for ``--light-seconds``.
+
+A record's write latency runs from the call that wrote it to its DLSN.
+Every payload starts with the send time (``time.monotonic_ns``, 8 bytes
+big-endian); a reader tailing the stream in the same process measures
+writer-to-reader latency when the record reaches the application.
 
 In the same run, on the same bookies and client, the baseline: pipelined
 1 KiB ledger appends (dlog.ledger.client.BookKeeper, E3 W2 A2, as
@@ -17,7 +27,7 @@ Prints one JSON document: records/s, MB/s, write and end-to-end latency
 percentiles, the entries the writer made, the baseline's entries/s, the
 ratios, and the settings used.
 
-    python bench/dlog_write.py [--seconds 10] [--in-flight 10000] [--set key=value]
+    python bench/dlog_write.py [--seconds 10] [--in-flight 10000] [--bulk 100] [--set key=value]
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import argparse
 import asyncio
 import contextlib
 import contextvars
+import functools
 import json
 import os
 import struct
@@ -60,6 +71,11 @@ from dlog.writer import LogWriter
 RECORD_SIZE = 100
 LEDGER_ENTRY_SIZE = 1024
 STREAM = "bench"
+LIGHT_STREAM = "bench-light"
+#: The light-load mode's settings: each record is sent at once and its LAC
+#: published as soon as its entry completes (DistributedLog's pairing for
+#: the lowest latency).
+LIGHT_SETTINGS = {"writerOutputBufferSize": "0", "enableImmediateFlush": "true"}
 _STAMP = struct.Struct(">q")
 #: Writer and reader settings always reported, whether defaults or not.
 _REPORTED_KEYS = (
@@ -92,7 +108,6 @@ class Tail:
         self.measure_from: int | None = None
         self.next_txid = 0
         self.latencies: list[int] = []
-        self.entries: set[tuple[int, int]] = set()
         self.errors: list[str] = []
         self.read_in_window = 0
         self.wanted: int | None = None
@@ -115,13 +130,10 @@ class Tail:
                 self.next_txid = batch[-1].txid + 1
                 start = self.measure_from
                 if start is not None and batch[-1].txid >= start:
-                    lat = self.latencies
-                    entries = self.entries
-                    for r in batch:
-                        if r.txid >= start:
-                            lat.append(t - unpack(r.payload)[0])
-                            entries.add((r.dlsn[0], r.dlsn[1]))
-                    self.read_in_window = len(lat)
+                    if first < start:
+                        batch = batch[start - first :]
+                    self.latencies += [t - unpack(r.payload)[0] for r in batch]
+                    self.read_in_window = len(self.latencies)
                 if self.wanted is not None and self.next_txid >= self.wanted:
                     self.caught_up.set()
         except asyncio.CancelledError:
@@ -131,10 +143,11 @@ class Tail:
 
 
 async def write_window(
-    writer: LogWriter, first_txid: int, in_flight: int, seconds: float
+    writer: LogWriter, first_txid: int, in_flight: int, seconds: float, bulk: int = 1
 ) -> dict[str, Any]:
-    """Keep ``in_flight`` records outstanding for ``seconds``; per-record
-    latency from write_nowait to its DLSN."""
+    """Keep ``in_flight`` records outstanding for ``seconds``, written one
+    by one (``bulk`` 1: write_nowait) or ``bulk`` at a time
+    (write_bulk_nowait); per-record latency from the call to its DLSN."""
     loop = asyncio.get_running_loop()
     now = time.monotonic_ns
     pad = os.urandom(RECORD_SIZE - _STAMP.size)
@@ -146,14 +159,18 @@ async def write_window(
     outstanding = 0
     stopping = False
 
-    def on_done(fut: asyncio.Future[Any], t0: int) -> None:
+    def on_done(fut: asyncio.Future[Any], t0: int, n: int) -> None:
         nonlocal outstanding
-        outstanding -= 1
+        outstanding -= n
         if fut.exception() is not None:
             if len(errors) < 5:
                 errors.append(repr(fut.exception()))
         else:
-            latencies.append(now() - t0)
+            lat = now() - t0
+            if n == 1:
+                latencies.append(lat)
+            else:
+                latencies.extend([lat] * n)
         if outstanding < in_flight:
             room.set()
         if stopping and outstanding == 0 and not drained.done():
@@ -173,14 +190,21 @@ async def write_window(
             await room.wait()
             continue
         t0 = now()
+        stamp = pack(t0) + pad
+        fut: asyncio.Future[Any]
         try:
-            fut = writer.write_nowait(LogRecord(txid, pack(t0) + pad))
+            if bulk == 1:
+                fut = writer.write_nowait(LogRecord(txid, stamp))
+            else:
+                fut = writer.write_bulk_nowait(
+                    [LogRecord(t, stamp) for t in range(txid, txid + bulk)]
+                )
         except DLogError as e:
             errors.append(repr(e))
             break
-        txid += 1
-        outstanding += 1
-        fut.add_done_callback(lambda f, t0=t0: on_done(f, t0), context=ctx)
+        txid += bulk
+        outstanding += bulk
+        fut.add_done_callback(functools.partial(on_done, t0=t0, n=bulk), context=ctx)
     stopping = True
     if outstanding:
         await drained
@@ -194,27 +218,86 @@ async def write_window(
         "mb_per_s": round(rate * RECORD_SIZE / 1e6, 2),
         "write_latency": ms(latencies),
         "client_cpu_percent": round(100 * cpu / elapsed) if elapsed else 0,
+        "client_cpu_us_per_record": round(1e6 * cpu / len(latencies), 2) if latencies else 0,
+        "next_txid": txid,
+        "errors": errors,
+    }
+
+
+async def open_loop_window(
+    writer: LogWriter, first_txid: int, rate: float, seconds: float
+) -> dict[str, Any]:
+    """One write_nowait every 1/``rate`` s for ``seconds`` (open loop: on a
+    fixed schedule, whatever the latency); per-record latency to its DLSN."""
+    loop = asyncio.get_running_loop()
+    now = time.monotonic_ns
+    pad = os.urandom(RECORD_SIZE - _STAMP.size)
+    latencies: list[int] = []
+    errors: list[str] = []
+    pending: set[asyncio.Future[Any]] = set()
+
+    def on_done(fut: asyncio.Future[Any], t0: int) -> None:
+        pending.discard(fut)
+        if fut.exception() is not None:
+            if len(errors) < 5:
+                errors.append(repr(fut.exception()))
+        else:
+            latencies.append(now() - t0)
+
+    txid = first_txid
+    interval = 1.0 / rate
+    start = loop.time()
+    count = max(1, round(rate * seconds))
+    for i in range(count):
+        delay = start + i * interval - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if errors:
+            break
+        t0 = now()
+        try:
+            fut = writer.write_nowait(LogRecord(txid, _STAMP.pack(t0) + pad))
+        except DLogError as e:
+            errors.append(repr(e))
+            break
+        txid += 1
+        pending.add(fut)
+        fut.add_done_callback(functools.partial(on_done, t0=t0))
+    if pending:
+        await asyncio.wait(pending, timeout=30)
+    elapsed = loop.time() - start
+    return {
+        "records": len(latencies),
+        "seconds": round(elapsed, 3),
+        "rate_per_s": rate,
+        "write_latency": ms(latencies),
         "next_txid": txid,
         "errors": errors,
     }
 
 
 async def measured_window(
-    writer: LogWriter, tail: Tail | None, first_txid: int, in_flight: int, seconds: float
+    writer: LogWriter, tail: Tail | None, first_txid: int, window: Any, what: dict[str, Any]
 ) -> tuple[dict[str, Any], int]:
-    """One measured write window (and the tailing reader's view of it);
-    returns (result, next txid)."""
+    """One measured write window (the coroutine function ``window`` given
+    the first txid) and the tailing reader's view of it; returns (result,
+    next txid). ``what`` describes the load, into the result."""
     if tail is not None:
         tail.measure_from = first_txid
         tail.latencies = []
-        tail.entries = set()
         tail.read_in_window = 0
         tail.wanted = None
         tail.caught_up.clear()
     t0 = time.perf_counter()
-    result = await write_window(writer, first_txid, in_flight, seconds)
+    entries_before = writer.entries_written
+    result = await window(first_txid)
     next_txid = result.pop("next_txid")
-    result["in_flight"] = in_flight
+    result.update(what)
+    entries = writer.entries_written - entries_before
+    records_per_entry = result["records"] / entries if entries else 0.0
+    result["entries"] = entries
+    result["records_per_entry"] = round(records_per_entry, 1)
+    result["avg_entry_bytes"] = round(13 + records_per_entry * (RECORD_HEADER_SIZE + RECORD_SIZE))
     if tail is None:
         return {"write": result}, next_txid
     tail.wanted = next_txid
@@ -223,11 +306,6 @@ async def measured_window(
     except TimeoutError:
         tail.errors.append(f"reader stuck at txid {tail.next_txid} of {tail.wanted}")
     read_s = time.perf_counter() - t0
-    entries = len(tail.entries)
-    records_per_entry = result["records"] / entries if entries else 0.0
-    result["entries"] = entries
-    result["records_per_entry"] = round(records_per_entry, 1)
-    result["avg_entry_bytes"] = round(13 + records_per_entry * (RECORD_HEADER_SIZE + RECORD_SIZE))
     end_to_end = {
         "records": len(tail.latencies),
         **ms(tail.latencies),
@@ -237,32 +315,77 @@ async def measured_window(
     return {"write": result, "end_to_end": end_to_end}, next_txid
 
 
+async def closed_loop_window(
+    writer: LogWriter, tail: Tail | None, first_txid: int, in_flight: int, seconds: float, bulk: int
+) -> tuple[dict[str, Any], int]:
+    return await measured_window(
+        writer,
+        tail,
+        first_txid,
+        lambda txid: write_window(writer, txid, in_flight, seconds, bulk),
+        {"in_flight": in_flight, "bulk_records": bulk},
+    )
+
+
+async def open_tail(log: LogManager, args: argparse.Namespace) -> Tail | None:
+    return None if args.no_reader else Tail(await log.open_reader())
+
+
+async def close_all(writer: LogWriter, tail: Tail | None) -> None:
+    if tail is not None:
+        tail.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await tail.task
+        await tail.reader.close()
+    with contextlib.suppress(DLogError):
+        await writer.close()
+
+
 async def dlog_phase(log: LogManager, args: argparse.Namespace) -> dict[str, Any]:
     """Full load (``--in-flight`` records outstanding: throughput, latency
-    mostly queueing) then a moderate load (``--moderate-in-flight``)."""
+    mostly queueing), a moderate load (``--moderate-in-flight``), then
+    single-record writes at full load."""
     writer = await log.open_writer()
-    reader = None if args.no_reader else await log.open_reader()
-    tail = Tail(reader) if reader is not None else None
+    tail = await open_tail(log, args)
     try:
-        warm = await write_window(writer, 0, args.in_flight, args.warmup)
+        warm = await write_window(writer, 0, args.in_flight, args.warmup, args.bulk)
         if warm["errors"]:
             return {"error": f"warm-up failed: {warm['errors']}"}
-        full, next_txid = await measured_window(
-            writer, tail, warm["next_txid"], args.in_flight, args.seconds
+        full, txid = await closed_loop_window(
+            writer, tail, warm["next_txid"], args.in_flight, args.seconds, args.bulk
         )
-        moderate, _ = await measured_window(
-            writer, tail, next_txid, args.moderate_in_flight, max(2.0, args.seconds / 2)
+        moderate, txid = await closed_loop_window(
+            writer, tail, txid, args.moderate_in_flight, max(2.0, args.seconds / 2), args.bulk
         )
+        out = {**full, "moderate_load": moderate}
+        if args.single_seconds > 0:
+            out["single_record_writes"], txid = await closed_loop_window(
+                writer, tail, txid, args.in_flight, args.single_seconds, 1
+            )
         full["write"]["segments_written"] = writer.segments_written
-        return {**full, "moderate_load": moderate}
+        return out
     finally:
-        if tail is not None:
-            tail.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await tail.task
-            await tail.reader.close()
-        with contextlib.suppress(DLogError):
-            await writer.close()
+        await close_all(writer, tail)
+
+
+async def light_phase(log: LogManager, args: argparse.Namespace) -> dict[str, Any]:
+    """Open loop at ``--light-rate`` records a second, one record at a time."""
+    writer = await log.open_writer()
+    tail = await open_tail(log, args)
+    try:
+        warm = await open_loop_window(writer, 0, args.light_rate, 1.0)
+        if warm["errors"]:
+            return {"error": f"warm-up failed: {warm['errors']}"}
+        result, _ = await measured_window(
+            writer,
+            tail,
+            warm["next_txid"],
+            lambda txid: open_loop_window(writer, txid, args.light_rate, args.light_seconds),
+            {},
+        )
+        return result
+    finally:
+        await close_all(writer, tail)
 
 
 async def ledger_phase(ns: Namespace, args: argparse.Namespace) -> dict[str, Any]:
@@ -284,15 +407,27 @@ async def ledger_phase(ns: Namespace, args: argparse.Namespace) -> dict[str, Any
     return result
 
 
-async def run(uri: str, conf: DLogConfig, args: argparse.Namespace) -> dict[str, Any]:
+async def run(
+    uri: str, conf: DLogConfig, light_conf: DLogConfig, args: argparse.Namespace
+) -> dict[str, Any]:
     async with await Namespace.open(uri, conf, bind=True) as ns:
         tune_runtime()  # the load generator must not be the one pausing for GC
         if len(await ns.bk.watcher.wait_for(args.bookies, 30)) < args.bookies:
             raise RuntimeError(f"only {len(ns.bk.writable_bookies())} bookies registered")
         log = await ns.open_log(STREAM)
         dlog = await dlog_phase(log, args)
+        if args.light_seconds > 0:
+            async with await Namespace.open(uri, light_conf) as light_ns:
+                light_log = await light_ns.open_log(LIGHT_STREAM)
+                dlog["light_load"] = await light_phase(light_log, args)
         ledger = await ledger_phase(ns, args)
     return {"dlog": dlog, "ledger": ledger}
+
+
+def light_config(ledgers_uri: str, args: argparse.Namespace) -> DLogConfig:
+    """The light-load mode's config: ``--set`` with LIGHT_SETTINGS on top."""
+    light = [f"{k}={v}" for k, v in LIGHT_SETTINGS.items()]
+    return dlog_config(ledgers_uri, argparse.Namespace(**{**vars(args), "set": args.set + light}))
 
 
 def main() -> None:
@@ -302,6 +437,21 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds before measuring")
     parser.add_argument("--in-flight", type=int, default=10_000, help="records outstanding")
+    parser.add_argument(
+        "--bulk", type=int, default=100, help="records per write_bulk_nowait (1: write_nowait)"
+    )
+    parser.add_argument(
+        "--single-seconds",
+        type=float,
+        default=3.0,
+        help="full load written one record per write_nowait, after the moderate load (0: skip)",
+    )
+    parser.add_argument(
+        "--light-rate", type=float, default=100.0, help="light load: records a second, open loop"
+    )
+    parser.add_argument(
+        "--light-seconds", type=float, default=10.0, help="light load duration (0: skip)"
+    )
     parser.add_argument(
         "--moderate-in-flight", type=int, default=1_000, help="records outstanding, second window"
     )
@@ -319,6 +469,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     check_cluster_args(args)
+    if args.bulk < 1 or args.light_rate <= 0:
+        raise SystemExit("--bulk must be at least 1 and --light-rate positive")
     settings: dict[str, Any] = {**BENCH_BOOKIE_SETTINGS, **parse_sets(args.bookie_set)}
     dlog_config("zk+hierarchical://127.0.0.1:2181/ledgers", args)  # bad --set fails early
     install_event_loop_policy()
@@ -328,8 +480,9 @@ def main() -> None:
         ledgers_uri,
     ):
         conf = dlog_config(ledgers_uri, args)
+        light_conf = light_config(ledgers_uri, args)
         uri = f"distributedlog://{zk.connect_string}/bench"
-        result = asyncio.run(run(uri, conf, args))
+        result = asyncio.run(run(uri, conf, light_conf, args))
 
     dl, ledger = result["dlog"], result["ledger"]
     write = dl.get("write", {})
@@ -351,6 +504,8 @@ def main() -> None:
         "write_quorum": args.write_quorum,
         "ack_quorum": args.ack_quorum,
         "in_flight": args.in_flight,
+        "bulk_records": args.bulk,
+        "light_rate_per_s": args.light_rate,
         "seconds": args.seconds,
         "warmup_seconds": args.warmup,
         "cpus": os.cpu_count(),
@@ -358,6 +513,7 @@ def main() -> None:
         "ledger_baseline": ledger,
         "ratios": ratios,
         "dlog_settings": reported_dlog_settings(conf, _REPORTED_KEYS),
+        "light_load_dlog_settings": reported_dlog_settings(light_conf, _REPORTED_KEYS),
         "bookie_settings": {
             "journalSyncData": bookies[0].conf.to_properties()["journalSyncData"],
             **effective_settings(bookies[0].conf, BookieConfig()),
@@ -365,11 +521,12 @@ def main() -> None:
     }
     json.dump(report, sys.stdout, indent=2)
     print()
+    windows = [dl, dl.get("moderate_load", {}), dl.get("single_record_writes", {})]
+    windows.append(dl.get("light_load", {}))
     failed = (
-        "error" in dl
+        any("error" in w or w.get("write", {}).get("errors") for w in windows)
+        or any(w.get("end_to_end", {}).get("errors") for w in windows)
         or "error" in ledger
-        or write.get("errors")
-        or dl.get("end_to_end", {}).get("errors")
         or ledger.get("errors")
     )
     if failed:

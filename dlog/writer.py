@@ -219,6 +219,8 @@ class LogWriter:
         # system call on Python 3.11, too much to pay once per record.
         self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.segments_written = 0
+        #: Entries sent (each a batch of records), over every segment.
+        self.entries_written = 0
 
     # ------------------------------------------------------------------
     # opening
@@ -455,6 +457,7 @@ class LogWriter:
             fail_futures((fut for fut, _ in futures), error)
             fail_futures((b.future for b, _, _ in bulks), error)
             return
+        self.entries_written += 1
         if not seg.rolling:
             reason = seg.appender.roll_reason()
             if reason is not None:

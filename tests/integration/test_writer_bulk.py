@@ -55,6 +55,7 @@ async def test_bulk_dlsns_are_those_readers_read_across_entries_and_rolls(
     assert len({d.log_segment_sequence_no for d in expected}) > 1  # rolled
     assert a == list(a) and a[-1] == list(a)[-1] and a[3:6] == list(a)[3:6]
     assert writer.last_dlsn == expected[-1]
+    assert writer.entries_written == len({d[:2] for d in expected})
     seg = writer._segment
     assert seg is not None and not seg.appender._lac_eager  # the default
     await writer.close()
