@@ -24,6 +24,14 @@ Then, in the same run, on the same data:
   ``read_bulk``, one process, one event loop) reading every record and
   summing the payload lengths, on each stream.
 
+* Reference: Spark alone (``spark_noop_source``, unless ``--no-noop-source``):
+  in a fresh process (a cold JVM, as the first run above has), the same
+  query ``--spark-runs`` times on a Python data source with the same schema,
+  rows and partitions that does no I/O and no decoding (it yields one
+  prebuilt batch over and over). Its steady runs are a ceiling for any
+  Python source of this schema on this machine, and its first run shows
+  what a cold start costs Spark itself.
+
 Prints one JSON document: Spark rows/s, reader records/s, their ratio, the
 timings, and the settings used (Spark master, partitions, entries, records
 per entry, dlog settings).
@@ -41,6 +49,7 @@ import platform
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -140,18 +149,14 @@ async def python_reader(uri: str, conf: DLogConfig, stream: str, count: int) -> 
     }
 
 
-def spark_read(uri: str, args: argparse.Namespace, dlog_settings: dict[str, str]) -> dict[str, Any]:
+def session(master: str) -> Any:
+    """A local Spark session with the bench's settings (no UI, loopback only)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    import pyspark
     from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
 
-    import dlog.spark
-
-    t0 = time.perf_counter()
     spark = (
-        SparkSession.builder.master(args.master)
+        SparkSession.builder.master(master)
         .appName("dlog-bench-spark-read")
         .config("spark.ui.enabled", "false")
         .config("spark.driver.host", "127.0.0.1")
@@ -160,6 +165,100 @@ def spark_read(uri: str, args: argparse.Namespace, dlog_settings: dict[str, str]
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def noop_source_child(args: argparse.Namespace) -> None:
+    """Run in a process of its own (``--noop-child``): the same query on a
+    Python data source of the same schema, partitions and rows that does no
+    I/O and no decoding (it yields one prebuilt batch over and over). Its
+    runs are what Spark itself costs, cold start included; prints JSON."""
+    from array import array
+
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from dlog.spark.reader import SCHEMA, _batch
+
+    rows, partitions, batch_rows = args.records, args.noop_child, 32_768
+
+    # Defined here, so that Spark pickles them by value for its workers.
+    class Part(InputPartition):
+        def __init__(self, rows: int) -> None:
+            self.rows = rows
+
+    class NoopReader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            share = [rows // partitions + (i < rows % partitions) for i in range(partitions)]
+            return [Part(n) for n in share]
+
+        def read(self, partition: InputPartition) -> Any:
+            assert isinstance(partition, Part)
+            n = min(batch_rows, partition.rows)
+            ints = pa.array(range(n), pa.int64())
+            payloads = pa.array([b"x" * RECORD_SIZE] * n, pa.binary())
+            batch = _batch(STREAM, 1, array("q", [0]) * n, [ints], [ints], [payloads])
+            left = partition.rows
+            while left > 0:
+                yield batch.slice(0, min(left, n))
+                left -= n
+
+    class NoopSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "dlog-bench-noop"
+
+        def schema(self) -> str:
+            return SCHEMA
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return NoopReader()
+
+    spark = session(args.master)
+    try:
+        spark.dataSource.register(NoopSource)
+        df = spark.read.format("dlog-bench-noop").load()
+        runs = []
+        for _ in range(args.spark_runs):
+            t = time.perf_counter()
+            row = df.agg(
+                F.count(F.lit(1)).alias("rows"), F.sum(F.length("payload")).alias("bytes")
+            ).collect()[0]
+            runs.append({"seconds": round(time.perf_counter() - t, 3), "rows": row["rows"]})
+    finally:
+        spark.stop()
+    json.dump(runs, sys.stdout)
+
+
+def noop_source(args: argparse.Namespace, partitions: int) -> dict[str, Any]:
+    """:func:`noop_source_child` in a fresh process (a cold JVM and cold
+    Python workers, as the dlog query's first run has)."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--noop-child", str(partitions),
+           "--records", str(args.records), "--master", args.master,
+           "--spark-runs", str(args.spark_runs)]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    runs = json.loads(out)
+    best = min(runs[1:] or runs, key=lambda r: r["seconds"])
+    return {
+        "what": "a Python data source of the same schema, rows and partitions doing no I/O "
+        "(one prebuilt batch yielded over and over), same query, fresh JVM",
+        "runs": runs,
+        "first_run_rows_per_s": round(runs[0]["rows"] / runs[0]["seconds"]),
+        "rows_per_s": round(best["rows"] / best["seconds"]),
+    }
+
+
+def spark_read(uri: str, args: argparse.Namespace, dlog_settings: dict[str, str]) -> dict[str, Any]:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    import pyspark
+    from pyspark.sql import functions as F
+
+    import dlog.spark
+
+    t0 = time.perf_counter()
+    spark = session(args.master)
     dlog.spark.register(spark)
     session_start = time.perf_counter() - t0
 
@@ -227,11 +326,21 @@ def main() -> None:
     parser.add_argument("--var-min", type=int, default=8, help="smallest varied payload (>= 8)")
     parser.add_argument("--var-max", type=int, default=192, help="largest varied payload")
     parser.add_argument("--entries-per-partition", type=int, default=256)
+    parser.add_argument(
+        "--no-noop-source",
+        dest="noop_source",
+        action="store_false",
+        help="skip the Spark-only reference (a no-I/O source in a fresh process)",
+    )
+    parser.add_argument("--noop-child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--dir", type=Path, default=None, help="where the sandbox keeps files")
     parser.add_argument(
         "--set", action="append", default=[], help="DLogConfig setting key=value (repeatable)"
     )
     args = parser.parse_args()
+    if args.noop_child is not None:
+        noop_source_child(args)
+        return
     if not 8 <= args.var_min <= args.var_max:
         parser.error("need 8 <= --var-min <= --var-max")
     dlog_settings = parse_sets(args.set)
@@ -255,6 +364,7 @@ def main() -> None:
         spark = spark_read(uri, args, dlog_settings)
         baseline = asyncio.run(python_reader(uri, conf, STREAM, args.records))
         var_baseline = asyncio.run(python_reader(uri, conf, VAR_STREAM, args.records))
+        noop = noop_source(args, spark["partitions"]) if args.noop_source else None
     except KeyboardInterrupt:
         print("interrupted: stopping the sandbox", file=sys.stderr)
         raise SystemExit(130) from None
@@ -292,12 +402,25 @@ def main() -> None:
         "write": written,
         "spark": spark,
         "python_reader_baseline": baseline,
+        "spark_noop_source": noop,
         "ratios": {
             "spark_rows_per_s_vs_reader_records_per_s": round(
                 spark["rows_per_s"] / baseline["records_per_s"], 3
             ),
             "spark_first_run_vs_reader": round(
                 spark["first_run_rows_per_s"] / baseline["records_per_s"], 3
+            ),
+            **(
+                {
+                    "spark_rows_per_s_vs_noop_source": round(
+                        spark["rows_per_s"] / noop["rows_per_s"], 3
+                    ),
+                    "spark_first_run_vs_noop_source_first_run": round(
+                        spark["first_run_rows_per_s"] / noop["first_run_rows_per_s"], 3
+                    ),
+                }
+                if noop
+                else {}
             ),
         },
         "variable_length": {
