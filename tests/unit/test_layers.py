@@ -88,6 +88,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dlog.ledger.layout",
             "dlog.ledger.digest",
             "dlog.ledger.quorum",
+            "dlog.spark.columns",  # the Spark executor's entry decoder: format code only
             "subscriptions.format",
         ),
     ),
