@@ -16,10 +16,14 @@ How it stays fast without a compiled extension:
   cut out of the entry by Arrow kernels (``binary_slice`` over a zero-copy
   fixed-size-binary view), never record by record in Python. Record-set
   members of equal length are handled the same way.
-* Anything else (variable lengths, short runs) is walked in a Python loop
-  that keeps only ints and payload offsets; payloads are cut out of the
-  entry by one Arrow ``take`` over an array whose offsets point into the
-  decompressed bytes.
+  An entry is tried for such a run from its first record.
+* The rest (varied lengths) is found by walking the records' length fields
+  alone, in a Python loop that keeps one int32 offset per record; those
+  offsets make a binary array of whole records over the entry's bytes, and
+  the same Arrow kernels cut metadata, txids and payloads out of it.
+* Only an entry holding record sets is walked record by record, keeping
+  ints and payload offsets (its members are cut out by one Arrow ``take``,
+  or as a uniform run).
 * Any input this decoder does not accept as well formed (a truncated header,
   bad metadata, an unknown codec, a corrupt LZ4 block, wrong lengths, bad
   arguments...) is handed to ``decode_entry`` itself, so malformed input
@@ -73,8 +77,8 @@ _INT32 = struct.Struct(">i")
 _unpack_record_header = _RECORD_HEADER.unpack_from
 _unpack_int32 = _INT32.unpack_from
 
-#: A uniform run shorter than this is walked in Python (Arrow calls cost
-#: a few microseconds each, a Python record well under one).
+#: A uniform run shorter than this is not worth its Arrow calls (a few
+#: microseconds each): its records are walked with the rest.
 MIN_RUN = 16
 
 _INT64 = pa.int64()
@@ -152,7 +156,7 @@ def _slice_options(start: int, stop: int) -> pc.SliceOptions:
 
 
 def _slice(view: pa.Array, start: int, stop: int) -> pa.Array:
-    """Bytes ``start:stop`` of each value of a fixed-size-binary array."""
+    """Bytes ``start:stop`` of each value of a (fixed-size) binary array."""
     return pc.binary_slice(view, options=_slice_options(start, stop))
 
 
