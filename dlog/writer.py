@@ -376,7 +376,8 @@ class LogWriter:
         bulk = _Bulk(future, len(batch))
         seg = self._segment
         if seg is None or seg.rolling:
-            self._queued.append((batch, bulk))
+            # A copy: the caller's list may change before a segment takes it.
+            self._queued.append((batch if batch is not records else list(batch), bulk))
             self._ensure_segment()
         else:
             done = self._buffer_bulk(seg, batch, 0, bulk)

@@ -186,3 +186,21 @@ async def test_a_tailing_reader_long_polls_without_asking_for_the_lac_each_time(
     assert len(asked) <= 2  # when the segment was opened, not once per entry
     await reader.close()
     await writer.close()
+
+
+async def test_a_bulk_waiting_for_its_segment_keeps_the_records_it_was_given(
+    open_namespace: Any,
+) -> None:
+    ns = await open_namespace()
+    lm = await ns.open_log("kept")
+    writer = await lm.open_writer()
+    records = [LogRecord(i, b"original-%d" % i) for i in range(5)]
+    future = writer.write_bulk_nowait(records)  # no segment yet: it waits
+    records[0] = LogRecord(0, b"changed")
+    del records[1:]
+    assert len(await asyncio.wait_for(future, 60)) == 5
+    await writer.close()
+    reader = await lm.open_reader()
+    got = await read_all(reader, 5)
+    assert [r.payload for r in got] == [b"original-%d" % i for i in range(5)]
+    await reader.close()
