@@ -48,7 +48,10 @@ $(LINKS)/.linked: $(STAMP)
 	@echo $(abspath $(LINKS)) > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/dlog-packages.pth"
 	@touch $@
 
+# Bytecode for dlog's own modules, even where PYTHONDONTWRITEBYTECODE is set:
+# every Spark Python worker and planner would otherwise compile them afresh.
 install: system-deps $(STAMP) $(LINKS)/.linked
+	@$(PY) -m compileall -q dlog subscriptions >/dev/null
 
 demo: install
 	$(PY) examples/demo.py
