@@ -64,6 +64,10 @@ LOOP_ONLY: set[tuple[type, str]] = {
     # Recovery's own last step on the handle it re-adds entries with; the
     # blocking way to recover is SyncBookKeeper.open_ledger(recovery=True).
     (WriteHandle, "seal_recovered"),
+    # One loop future for a whole bulk, for writers on the loop; a thread
+    # gets the same batching from SyncLogWriter.write_nowait (queued records
+    # reach the loop in batches) and waits for a bulk with write_bulk.
+    (LogWriter, "write_bulk_nowait"),
 }
 
 #: Async protocols and the blocking protocol a twin offers instead.
