@@ -38,7 +38,9 @@ async def main(uri: str, ledgers_uri: str, stream: str) -> None:
             "write-quorum-size": 2,
             "ack-quorum-size": 2,
             "zkSessionTimeoutSeconds": 4,
-            "enableImmediateFlush": True,
+            # Every record is sent as its own entry at once: the stalled
+            # write is in flight, not buffered, when the process stops.
+            "writerOutputBufferSize": 0,
             # Shorter than the stall: the stalled add's timers are overdue
             # when the process resumes, as after any pause this long.
             "bkc.addEntryTimeoutSec": 1,
