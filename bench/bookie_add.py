@@ -41,6 +41,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from common import check_bookie_settings, effective_settings, journal_settings, parse_sets
 
@@ -97,26 +98,25 @@ def raw_fsync_baseline(directory: Path, seconds: float) -> dict[str, float]:
     }
 
 
-def scrape_histogram(port: int, name: str) -> dict[float, float]:
-    """Cumulative bucket counts of a histogram, by upper bound."""
+def scrape_histogram(port: int, name: str, labels: str = "") -> dict[float, float]:
+    """Cumulative bucket counts of a histogram, by upper bound (``labels``:
+    the other labels of the series, as exported, e.g. ``generation="2",``)."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     out: dict[float, float] = {}
     for line in text.splitlines():
-        m = re.match(rf'^{re.escape(name)}_bucket\{{le="([^"]+)"\}} (\S+)', line)
+        m = re.match(rf'^{re.escape(name)}_bucket\{{{labels}le="([^"]+)"\}} (\S+)', line)
         if m:
             out[float("inf") if m.group(1) == "+Inf" else float(m.group(1))] = float(m.group(2))
     return out
 
 
-def server_percentiles(
-    before: dict[float, float], after: dict[float, float]
-) -> dict[str, float | None]:
+def server_percentiles(before: dict[float, float], after: dict[float, float]) -> dict[str, Any]:
     """Bucket-resolution percentiles of what the bookie itself measured
     between two scrapes (upper bound of the bucket holding the percentile)."""
     bounds = sorted(after)
     counts = [after[b] - before.get(b, 0.0) for b in bounds]
     total = counts[-1] if counts else 0
-    out: dict[str, float | None] = {}
+    out: dict[str, Any] = {}
     for label, q in (
         ("server_p50_ms_le", 0.5),
         ("server_p99_ms_le", 0.99),
@@ -128,6 +128,14 @@ def server_percentiles(
                 value = None if b == float("inf") else round(b * 1000, 3)
                 break
         out[label] = value
+    out["server_count"] = total
+    worst = [b for b, c, prev in zip(bounds, counts, [0.0, *counts], strict=False) if c > prev]
+    if not worst:
+        out["server_max_ms_le"] = None  # nothing observed
+    elif worst[-1] == float("inf"):
+        out["server_max_ms_le"] = f"over {round(bounds[-2] * 1000, 3)}"
+    else:
+        out["server_max_ms_le"] = round(worst[-1] * 1000, 3)
     return out
 
 
@@ -250,16 +258,22 @@ STAGES = {
     "callback": "bookie_journal_callback_latency_seconds",
     "add": "bookie_add_entry_latency_seconds",
     "loop_lag": "bookie_event_loop_lag_seconds",
+    "full_python_gc": "bookie_python_gc_pause_seconds",
 }
+#: Label filters of the staged histograms that have other labels.
+STAGE_LABELS = {"full_python_gc": 'generation="2",'}
 
 
 def stage_snapshot(port: int) -> dict[str, dict[float, float]]:
-    return {stage: scrape_histogram(port, name) for stage, name in STAGES.items()}
+    return {
+        stage: scrape_histogram(port, name, STAGE_LABELS.get(stage, ""))
+        for stage, name in STAGES.items()
+    }
 
 
 def stage_percentiles(
     before: dict[str, dict[float, float]], after: dict[str, dict[float, float]]
-) -> dict[str, dict[str, float | None]]:
+) -> dict[str, dict[str, Any]]:
     return {s: server_percentiles(before[s], after[s]) for s in STAGES}
 
 

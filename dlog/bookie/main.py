@@ -13,6 +13,7 @@ import logging
 import signal
 import sys
 
+from dlog.bookie.metrics import observe_gc_pauses
 from dlog.bookie.service import BookieService
 from dlog.conf.bookie import BookieConfig
 
@@ -107,6 +108,7 @@ async def serve(conf: BookieConfig) -> int:
             recovery.admin_providers(into=service.control.providers)
             await service.control.set_serving(AUTORECOVERY, True)
     tune_runtime()
+    observe_gc_pauses(service.metrics.gc_pause)
 
     async def gauges() -> None:
         tick = 0.1

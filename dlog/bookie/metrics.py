@@ -7,6 +7,10 @@ Hot-path metrics (per request, per journal group) are loop-local
 
 from __future__ import annotations
 
+import gc
+import time
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from dlog.loop_metrics import LoopMetrics
@@ -146,8 +150,32 @@ class BookieMetrics:
             ["kind"],
             registry=r,
         )
+        self.gc_pause = Histogram(
+            "bookie_python_gc_pause_seconds",
+            "Python's cyclic garbage collector: each collection, by generation. It runs "
+            "in whichever thread allocated, holding the interpreter lock, so a full "
+            "collection stalls the event loop too.",
+            ["generation"],
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=r,
+        )
         self.buffered_frame_bytes = Gauge(
             "bookie_buffered_frame_bytes",
             "Bytes of incomplete request frames held across all connections.",
             registry=r,
         )
+
+
+def observe_gc_pauses(histogram: Histogram) -> None:
+    """Time every collection of Python's garbage collector into ``histogram``
+    (labelled by generation), for the life of the process."""
+    started = [0.0]
+    children = [histogram.labels(generation=str(g)) for g in range(3)]
+
+    def callback(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            children[info["generation"]].observe(time.perf_counter() - started[0])
+
+    gc.callbacks.append(callback)

@@ -39,3 +39,24 @@ def test_freed_write_cache_memory_stays_with_the_process() -> None:
     control shows glibc's default does give it back."""
     assert kept_fraction("keep") > 0.8
     assert kept_fraction("default") < 0.2
+
+
+def test_gc_pauses_are_observed_by_generation() -> None:
+    import gc
+
+    from prometheus_client import CollectorRegistry
+
+    from dlog.bookie.metrics import BookieMetrics, observe_gc_pauses
+
+    metrics = BookieMetrics(CollectorRegistry())
+    before = list(gc.callbacks)
+    observe_gc_pauses(metrics.gc_pause)
+    try:
+        gc.collect(2)
+        gc.collect(0)
+    finally:
+        gc.callbacks[:] = before
+    r = metrics.registry
+    assert r.get_sample_value("bookie_python_gc_pause_seconds_count", {"generation": "2"}) >= 1
+    assert r.get_sample_value("bookie_python_gc_pause_seconds_count", {"generation": "0"}) >= 1
+    assert r.get_sample_value("bookie_python_gc_pause_seconds_sum", {"generation": "2"}) > 0
