@@ -213,8 +213,9 @@ async def test_full_disk_turns_read_only(
     bookie.core.disk.threshold, bookie.core.disk.lwm = 1.0, 0.999
     bookie.core.disk.check()
     assert not bookie.core.read_only
-    for _ in range(50):
-        if await zk.exists(rw_path) is not None:
+    # Registration creates the writable znode, then deletes the read-only one.
+    for _ in range(100):
+        if await zk.exists(rw_path) is not None and await zk.exists(ro_path) is None:
             break
         await asyncio.sleep(0.05)
     assert await zk.exists(rw_path) is not None and await zk.exists(ro_path) is None
