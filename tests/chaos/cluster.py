@@ -92,7 +92,11 @@ class ChaosCluster:
         values = {
             "metadataServiceUri": self.sandbox.metadata_service_uri,
             "zkTimeout": self.bookie_settings.get("zkTimeout", 4000),
-            **{k: v for k, v in self.bookie_settings.items() if k.startswith(("auditor", "rw"))},
+            **{
+                k: v
+                for k, v in self.bookie_settings.items()
+                if k.startswith(("auditor", "rw", "lockReleaseOfFailedLedger"))
+            },
             "lostBookieRecoveryDelay": 0,
         }
         conf.write_text("".join(f"{k}={_conf_value(v)}\n" for k, v in values.items()))

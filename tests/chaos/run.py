@@ -68,6 +68,10 @@ BOOKIE_SETTINGS: dict[str, Any] = {
     "auditorPeriodicCheckInterval": 20,
     "auditorPeriodicBookieCheckInterval": 10,
     "auditorLedgerVerificationPercentage": 100,
+    # BookKeeper's 300 s: one attempt failed against a bookie the nemesis had
+    # just killed held its ledger's recovery back five minutes (a full-suite
+    # short run waited that long for one ledger).
+    "lockReleaseOfFailedLedgerGracePeriod": 10000,
     "gcWaitTime": 10000,
 }
 
