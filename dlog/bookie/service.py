@@ -20,7 +20,7 @@ stop on, so probes see the bookie go before its port does.
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import logging
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
@@ -151,8 +151,21 @@ class BookieService:
         if self.control is not None:
             await self.control.shutting_down()
         if self.registration is not None:
-            with contextlib.suppress(Exception):
-                await self.registration.unregister()
+            # ZooKeeper may be unreachable: its operations then wait for a
+            # reconnection that may never come. Past zkTimeout the session,
+            # and the registration's ephemeral znode with it, is gone anyway.
+            try:
+                await asyncio.wait_for(
+                    self.registration.unregister(), timeout=self.conf.zk_timeout / 1000.0
+                )
+            except TimeoutError:
+                log.warning(
+                    "could not unregister from ZooKeeper within zkTimeout=%d ms; stopping "
+                    "anyway (the registration goes with the session)",
+                    self.conf.zk_timeout,
+                )
+            except Exception as e:
+                log.warning("could not unregister from ZooKeeper: %s; stopping anyway", e)
         if self.server is not None:
             await self.server.stop()
         if self.admin is not None:

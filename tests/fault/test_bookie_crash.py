@@ -154,3 +154,30 @@ def test_sigterm_is_graceful(tmp_path: Path, ledgers_uri: str, zk_server, zk_roo
         asyncio.run(verify(address, 2000))
     finally:
         again.stop()
+
+
+def test_sigterm_stops_a_bookie_whose_zookeeper_is_gone(tmp_path: Path) -> None:
+    """SIGTERM with ZooKeeper unreachable: unregistering cannot succeed (the
+    operation waits for a reconnection that never comes), so it is given up
+    after zkTimeout and the bookie still shuts down, checkpoint and all.
+    Before, the bookie never exited."""
+    from dlog.sandbox.zookeeper import ZooKeeperServer
+
+    zk = ZooKeeperServer(tmp_path / "zk")
+    zk.start()
+    try:
+        bookie = BookieProcess(
+            tmp_path / "b", f"zk+hierarchical://{zk.connect_string}/ledgers", zkTimeout=4000
+        ).start()
+    finally:
+        zk.stop()
+    assert bookie.process is not None
+    bookie.process.terminate()
+    try:
+        code = bookie.process.wait(timeout=60)
+    finally:
+        bookie.kill()
+    log = bookie.log_path.read_text()
+    assert code == 0, log[-2000:]
+    assert "could not unregister from ZooKeeper" in log
+    assert f"bookie {bookie.bookie_id} stopped" in log, log[-2000:]
