@@ -48,6 +48,7 @@ from dlog.errors import (
 from dlog.ledger.metadata import LedgerMetadata, deserialize, serialize
 from dlog.log_metadata import NamespaceBinding, decode_long, encode_long
 from dlog.record import (
+    MAX_TXID,
     LogRecord,
     RecordSetWriter,
     build_record_set,
@@ -449,6 +450,11 @@ def test_enveloped_entry_mutations(pair: tuple[bytes, bytes]) -> None:
         lambda: decode_entry(data, 1, 2, expand_record_sets=False), InvalidRecordError
     )
     assert raw is not None
+    if any(r.end_of_stream and r.txid != MAX_TXID for r in raw):
+        # A flipped flag bit made an end-of-stream marker of an ordinary
+        # record: readers take what is stored, but no writer can build it
+        # (LogRecord refuses), so there is nothing to re-encode.
+        return
     w = RecordSetWriter()
     w.extend(LogRecord(r.txid, r.payload, **_flags(r)) for r in raw)
     again = decode_entry(w.build(), 1, 2)
