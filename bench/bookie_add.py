@@ -43,7 +43,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from common import check_bookie_settings, effective_settings, journal_settings, parse_sets
+from common import (
+    check_bookie_settings,
+    effective_settings,
+    journal_settings,
+    parse_sets,
+    percentiles,
+)
 
 from dlog.bookie.main import install_event_loop_policy, tune_runtime
 from dlog.conf.bookie import BookieConfig
@@ -53,17 +59,6 @@ from dlog.sandbox.bookies import BookieProcess
 from dlog.sandbox.zookeeper import ZooKeeperServer, free_port
 
 ENTRY_SIZE = 1024
-
-
-def percentiles(samples: list[float]) -> dict[str, float]:
-    if not samples:
-        return {"p50_ms": 0.0, "p99_ms": 0.0, "p999_ms": 0.0}
-    s = sorted(samples)
-
-    def pick(q: float) -> float:
-        return round(s[min(len(s) - 1, int(q * len(s)))] * 1000, 3)
-
-    return {"p50_ms": pick(0.50), "p99_ms": pick(0.99), "p999_ms": pick(0.999)}
 
 
 def raw_fsync_baseline(directory: Path, seconds: float) -> dict[str, float]:
