@@ -73,6 +73,10 @@ def test_metrics_endpoint(tmp_path: Path, ledgers_uri: str) -> None:
         "bookie_journal_queue_size",
         "bookie_write_cache_size_bytes",
         "bookie_ledger_storage_flush_latency_seconds_count",
+        "bookie_journal_queue_latency_seconds_count",
+        "bookie_journal_callback_latency_seconds_count",
+        # timed from the bookie process's start (dlog.bookie.main.serve)
+        'bookie_python_gc_pause_seconds_count{generation="2"}',
         "bookie_read_only",
     ):
         assert name in text, name

@@ -34,6 +34,7 @@ POINTS = [
     ("entry_log.write", "short"),
     ("entry_log.fsync", "eio"),
     ("entry_log.fsync", "enospc"),
+    ("entry_log.writeback", "eio"),
     ("index.write", "enospc"),
     ("index.sync", "eio"),
     ("ledger_index.sync", "enospc"),
