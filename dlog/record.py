@@ -108,14 +108,14 @@ _POSITION_SHIFT = 16
 # Anything outside the known flags and a non-negative int32 position: unused
 # flag bits, position bit 31 (DistributedLog rejects positions > int32 max)
 # and the 16 unused high bits.
-_METADATA_INVALID_MASK = 0xFFFF_8000_0000_0000 | (0xFFFF & ~_KNOWN_FLAGS)
+METADATA_INVALID_MASK = 0xFFFF_8000_0000_0000 | (0xFFFF & ~_KNOWN_FLAGS)
 
 ENTRY_VERSION = 1
-_ENTRY_CODEC_MASK = 0x3
+ENTRY_CODEC_MASK = 0x3
 
 RECORD_SET_VERSION = 0x1000
-_RECORD_SET_VERSION_MASK = 0xF000
-_RECORD_SET_CODEC_MASK = 0x3
+RECORD_SET_VERSION_MASK = 0xF000
+RECORD_SET_CODEC_MASK = 0x3
 
 #: Control records carry this payload (DistributedLog's CONTROL_RECORD_CONTENT).
 CONTROL_RECORD_PAYLOAD = b"control"
@@ -425,14 +425,14 @@ def record_set_count(data: bytes | bytearray | memoryview) -> int:
 
 
 def _check_set_metadata(metadata: int) -> int:
-    version = metadata & _RECORD_SET_VERSION_MASK
+    version = metadata & RECORD_SET_VERSION_MASK
     if version != RECORD_SET_VERSION:
         raise InvalidRecordError(
             f"unknown record set version {version:#x} (expected {RECORD_SET_VERSION:#x})"
         )
-    if metadata & ~(_RECORD_SET_VERSION_MASK | _RECORD_SET_CODEC_MASK):
+    if metadata & ~(RECORD_SET_VERSION_MASK | RECORD_SET_CODEC_MASK):
         raise InvalidRecordError(f"record set metadata {metadata:#010x} has unknown bits set")
-    return metadata & _RECORD_SET_CODEC_MASK
+    return metadata & RECORD_SET_CODEC_MASK
 
 
 # ---------------------------------------------------------------------------
@@ -721,7 +721,7 @@ def _open_envelope(buf: bytes) -> bytes:
     version, flags, size, stored_len = _ENTRY_HEADER.unpack_from(buf)
     if version != ENTRY_VERSION:
         raise InvalidRecordError(f"unknown entry envelope version {version} (expected 1)")
-    if flags & ~_ENTRY_CODEC_MASK:
+    if flags & ~ENTRY_CODEC_MASK:
         raise InvalidRecordError(f"entry envelope flags {flags:#010x} have unknown bits set")
     if size < 0 or stored_len < 0:
         raise InvalidRecordError(
@@ -731,7 +731,7 @@ def _open_envelope(buf: bytes) -> bytes:
         raise InvalidRecordError(
             f"entry envelope says {stored_len} stored bytes but {n - ENTRY_HEADER_SIZE} follow"
         )
-    return _decompress(buf[ENTRY_HEADER_SIZE:], flags & _ENTRY_CODEC_MASK, size, "entry")
+    return _decompress(buf[ENTRY_HEADER_SIZE:], flags & ENTRY_CODEC_MASK, size, "entry")
 
 
 def _parse_record_header(buf: bytes, off: int, n: int, what: str) -> tuple[int, int, int, int]:
@@ -741,7 +741,7 @@ def _parse_record_header(buf: bytes, off: int, n: int, what: str) -> tuple[int, 
             f"record header needs {RECORD_HEADER_SIZE}"
         )
     metadata, txid, length = _unpack_record_header(buf, off)
-    if metadata & _METADATA_INVALID_MASK:
+    if metadata & METADATA_INVALID_MASK:
         raise InvalidRecordError(
             f"{what}: record at byte {off} has invalid metadata {metadata:#018x}"
         )
@@ -863,7 +863,7 @@ def decode_entry(
     dlsn_cls = DLSN
     tuple_new = _tuple_new
     unpack = _unpack_record_header
-    invalid = _METADATA_INVALID_MASK
+    invalid = METADATA_INVALID_MASK
     struct_error = struct.error
     off = 0
     slot = 0

@@ -44,13 +44,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dlog.record import (
+    ENTRY_CODEC_MASK,
     ENTRY_HEADER_SIZE,
-    FLAG_CONTROL,
-    FLAG_END_OF_STREAM,
+    ENTRY_VERSION,
     FLAG_RECORD_SET,
     MAX_DECOMPRESSED_SIZE,
+    METADATA_INVALID_MASK,
     RECORD_HEADER_SIZE,
+    RECORD_SET_CODEC_MASK,
     RECORD_SET_HEADER_SIZE,
+    RECORD_SET_VERSION,
+    RECORD_SET_VERSION_MASK,
+    CompressionCodec,
     decode_entry,
 )
 
@@ -59,16 +64,6 @@ __all__ = ["EntryColumns", "decode_entry_columns"]
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
 _INT32_MAX = (1 << 31) - 1
-_KNOWN_FLAGS = FLAG_CONTROL | FLAG_END_OF_STREAM | FLAG_RECORD_SET
-# As dlog.record: unused flag bits, position bit 31 and the 16 unused high bits.
-_METADATA_INVALID_MASK = 0xFFFF_8000_0000_0000 | (0xFFFF & ~_KNOWN_FLAGS)
-_ENTRY_VERSION = 1
-_CODEC_NONE = 0
-_CODEC_LZ4 = 1
-_ENTRY_CODEC_MASK = 0x3
-_SET_VERSION = 0x1000
-_SET_VERSION_MASK = 0xF000
-_SET_CODEC_MASK = 0x3
 
 _ENTRY_HEADER = struct.Struct(">BIii")
 _SET_HEADER = struct.Struct(">Iiii")
@@ -90,7 +85,7 @@ _FLAG_BITS = pa.scalar(0xFFFF, _INT64)
 _POSITION_SHIFT = pa.scalar(16, _INT64)
 # Metadata bits that end a uniform run: invalid ones, and a record set.
 # (as a signed int64: metadata words are read as int64, bits unchanged)
-_RUN_BREAKING_BITS = pa.scalar((_METADATA_INVALID_MASK | FLAG_RECORD_SET) - (1 << 64), _INT64)
+_RUN_BREAKING_BITS = pa.scalar((METADATA_INVALID_MASK | FLAG_RECORD_SET) - (1 << 64), _INT64)
 _BINARY = pa.binary()
 
 
@@ -224,11 +219,15 @@ class _Columns:
 
 
 def _decompress(stored: bytes, codec: int, size: int) -> bytes:
-    if codec == _CODEC_NONE:
+    if codec == CompressionCodec.NONE:
         if size != len(stored):
             raise _Fallback
         return stored
-    if codec != _CODEC_LZ4 or size > MAX_DECOMPRESSED_SIZE or size > 255 * len(stored) + 16:
+    if (
+        codec != CompressionCodec.LZ4
+        or size > MAX_DECOMPRESSED_SIZE
+        or size > 255 * len(stored) + 16
+    ):
         raise _Fallback
     try:
         out = lz4.block.decompress(stored, uncompressed_size=size)
@@ -294,15 +293,15 @@ def _expand_set(payload: bytes, txid: int, position: int, slot: int, cols: _Colu
         raise _Fallback
     metadata, count, size, stored_len = _SET_HEADER.unpack_from(payload)
     if (
-        metadata & ~(_SET_VERSION_MASK | _SET_CODEC_MASK)
-        or (metadata & _SET_VERSION_MASK) != _SET_VERSION
+        metadata & ~(RECORD_SET_VERSION_MASK | RECORD_SET_CODEC_MASK)
+        or (metadata & RECORD_SET_VERSION_MASK) != RECORD_SET_VERSION
     ):
         raise _Fallback
     if count < 0 or size < 0 or stored_len < 0 or stored_len != n - RECORD_SET_HEADER_SIZE:
         raise _Fallback
     if count * 4 > size or position + count - 1 > _INT32_MAX:
         raise _Fallback
-    body = _decompress(payload[RECORD_SET_HEADER_SIZE:], metadata & _SET_CODEC_MASK, size)
+    body = _decompress(payload[RECORD_SET_HEADER_SIZE:], metadata & RECORD_SET_CODEC_MASK, size)
     if not count:
         if size:
             raise _Fallback
@@ -430,7 +429,7 @@ def _walk_records(buf: bytes, data: pa.Buffer, off: int, slot: int, cols: _Colum
     """The records of ``buf`` from ``off``, one by one, record sets expanded."""
     n = len(buf)
     unpack = _unpack_record_header
-    invalid = _METADATA_INVALID_MASK
+    invalid = METADATA_INVALID_MASK
     while off < n:
         if n - off < RECORD_HEADER_SIZE:
             raise _Fallback
@@ -493,17 +492,17 @@ def decode_entry_columns(
         else:
             raise _Fallback
         if enveloped is None:
-            enveloped = len(buf) > 0 and buf[0] == _ENTRY_VERSION
+            enveloped = len(buf) > 0 and buf[0] == ENTRY_VERSION
         if enveloped:
             n = len(buf)
             if n < ENTRY_HEADER_SIZE:
                 raise _Fallback
             version, flags, size, stored_len = _ENTRY_HEADER.unpack_from(buf)
-            if version != _ENTRY_VERSION or flags & ~_ENTRY_CODEC_MASK:
+            if version != ENTRY_VERSION or flags & ~ENTRY_CODEC_MASK:
                 raise _Fallback
             if size < 0 or stored_len != n - ENTRY_HEADER_SIZE:
                 raise _Fallback
-            buf = _decompress(buf[ENTRY_HEADER_SIZE:], flags & _ENTRY_CODEC_MASK, size)
+            buf = _decompress(buf[ENTRY_HEADER_SIZE:], flags & ENTRY_CODEC_MASK, size)
         return _decode(buf)
     except _Fallback:
         return _from_records(entry, segment_seq_no, entry_id, start_sequence_id, enveloped)
