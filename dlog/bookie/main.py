@@ -76,6 +76,8 @@ async def serve(conf: BookieConfig) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # Before the endpoint exists: a scrape must never find this metric missing.
+    observe_gc_pauses(service.metrics.gc_pause)
     # Metrics first: once the bookie port answers, so does the endpoint.
     if conf.enable_statistics:
         from prometheus_client import start_http_server
@@ -107,8 +109,7 @@ async def serve(conf: BookieConfig) -> int:
 
             recovery.admin_providers(into=service.control.providers)
             await service.control.set_serving(AUTORECOVERY, True)
-    tune_runtime()
-    observe_gc_pauses(service.metrics.gc_pause)
+    tune_runtime()  # after start-up, so that gc.freeze() covers what it built
 
     async def gauges() -> None:
         tick = 0.1
