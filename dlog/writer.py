@@ -3,8 +3,11 @@
 Opening a writer takes the stream's lock, recovers (fences and completes)
 any segment a previous writer left in progress, and purges segments past
 retention. Records are batched into entries (record sets): an entry is
-sent when it reaches ``writerOutputBufferSize`` (0: every record at once) or
-after ``periodicFlushFrequencyMilliSeconds``. A record's future resolves
+sent when it reaches ``writerOutputBufferSize`` (0: every record at once),
+at the end of the loop pass when none of the writer's entries is in flight
+(so batching never adds latency to an idle pipe), else after
+``periodicFlushFrequencyMilliSeconds`` or when the entries in flight have
+all completed, whichever comes first. A record's future resolves
 with its DLSN once its entry is durable on an ack quorum; a bulk write
 (:meth:`LogWriter.write_bulk_nowait`) has one future for all its records,
 resolved from the entries that hold them, whose DLSNs are computed on
@@ -158,7 +161,7 @@ class _Segment:
     last_position: int = 0
     last_txid: int | None = None
     last_slot: int = -1
-    timer: asyncio.TimerHandle | None = None
+    timer: asyncio.Handle | None = None  # the pending flush (a timer, or this loop pass)
     rolling: bool = False
 
     @property
@@ -406,8 +409,8 @@ class LogWriter:
         seg.futures.append((fut, slot))
         if seg.buffer.num_bytes >= self._buffer_size:
             self._transmit(seg)
-        elif self._flush_s > 0 and seg.timer is None:
-            seg.timer = self._loop.call_later(self._flush_s, self._transmit, seg)
+        elif seg.timer is None:
+            self._arm_flush(seg)
 
     def _buffer_bulk(self, seg: _Segment, batch: list[LogRecord], start: int, bulk: _Bulk) -> int:
         """Buffer ``batch[start:]`` (plain records) into ``seg``, sending
@@ -426,9 +429,21 @@ class LogWriter:
                 self._transmit(seg)
                 if seg.rolling:
                     return i
-            elif self._flush_s > 0 and seg.timer is None:
-                seg.timer = self._loop.call_later(self._flush_s, self._transmit, seg)
+            elif seg.timer is None:
+                self._arm_flush(seg)
         return i
+
+    def _arm_flush(self, seg: _Segment) -> None:
+        """Schedule sending the partly filled entry. While none of the
+        segment's entries is in flight, waiting would only add latency
+        (batching pays while the pipe is busy): it goes at the end of this
+        loop pass, with whatever else this pass writes. Otherwise after
+        ``periodicFlushFrequencyMilliSeconds``, or sooner, when the last
+        entry in flight completes (:meth:`_transmitted`)."""
+        if seg.handle.pending == 0:
+            seg.timer = self._loop.call_soon(self._transmit, seg)
+        elif self._flush_s > 0:
+            seg.timer = self._loop.call_later(self._flush_s, self._transmit, seg)
 
     def _transmit(self, seg: _Segment) -> None:
         if seg.timer is not None:
@@ -495,6 +510,14 @@ class LogWriter:
         last = new(DLSN, (seqno, entry_id, last_slot))
         if last > self._last_dlsn:
             self._last_dlsn = last
+        if seg.buffer.num_records and seg.handle.pending == 0 and not seg.rolling:
+            # The pipe is idle: what waited for the flush timer goes now, after
+            # the writers just woken have added theirs (their wake-ups are
+            # queued before this), and it carries the LAC of this entry, so
+            # the appender sends no explicit one.
+            if seg.timer is not None:
+                seg.timer.cancel()
+            seg.timer = self._loop.call_soon(self._transmit, seg)
 
     def _fenced(self) -> WriteFencedError:
         return WriteFencedError(f"stream {self.name!r}: this writer was fenced by a newer writer")

@@ -172,9 +172,11 @@ class DLogConfig(Config):
         "Bytes of records a writer batches into one ledger entry before sending it. "
         "DistributedLog's default is 1024 bytes with periodic flush off; dlog uses "
         "256 KiB with a 2 ms periodic flush: under load entries fill up to 256 KiB "
-        "(few, large bookie writes give high throughput) while a lone record waits at "
-        "most periodicFlushFrequencyMilliSeconds (bounded latency). 0 sends every "
-        "record as its own entry. At most 1 MiB - 4 KiB, the record-set limit.",
+        "(few, large bookie writes give high throughput) while a record written when "
+        "none of the writer's entries is in flight goes at once, and one buffered "
+        "behind entries in flight waits at most periodicFlushFrequencyMilliSeconds "
+        "(bounded latency). 0 sends every record as its own entry. At most "
+        "1 MiB - 4 KiB, the record-set limit.",
         min=0,
         max=MAX_RECORD_SET_SIZE,
         unit="bytes",
@@ -182,10 +184,13 @@ class DLogConfig(Config):
     periodic_flush_frequency_milli_seconds: int = setting(
         "periodicFlushFrequencyMilliSeconds",
         2,
-        "A writer sends a partly filled entry after this long. DistributedLog's "
-        "default is 0 (no periodic flush); dlog uses 2 ms so that a buffered record "
-        "never waits for more traffic (see writerOutputBufferSize). 0 disables it, "
-        "which is only valid with writerOutputBufferSize=0.",
+        "A writer sends a partly filled entry after at most this long; sooner, and "
+        "with everything buffered, when its entries in flight have all completed, and "
+        "at once (at the end of the event loop's pass) when none is in flight, since "
+        "batching only pays while the pipe is busy. DistributedLog's default is 0 (no "
+        "periodic flush); dlog uses 2 ms so that a buffered record never waits for "
+        "more traffic (see writerOutputBufferSize). 0 disables it, which is only "
+        "valid with writerOutputBufferSize=0.",
         min=0,
         max=60000,
         unit="ms",

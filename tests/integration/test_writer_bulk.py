@@ -139,6 +139,44 @@ async def test_a_failed_write_fails_the_bulk_future(
         await ns.close()
 
 
+async def test_an_idle_pipe_sends_at_once_and_a_busy_one_batches_until_it_drains(
+    open_namespace: Any,
+) -> None:
+    """The flush timer only batches while entries are in flight: a record
+    written to an idle writer goes at the end of the loop pass, and records
+    buffered behind an entry in flight go, together, as soon as it completes.
+    The timer here is a minute, so waiting for it fails the test."""
+    ns = await open_namespace(
+        writerOutputBufferSize=512 * 1024, periodicFlushFrequencyMilliSeconds=60_000
+    )
+    lm = await ns.open_log("idle-pipe")
+    writer = await lm.open_writer()
+    first = await asyncio.wait_for(writer.write(LogRecord(1, b"alone")), 20)
+    txid, behind_in_flight = 2, 0
+    for _ in range(20):
+        head = writer.write_nowait(LogRecord(txid, b"head"))
+        await asyncio.sleep(0)  # the head's entry is sent at the end of that pass
+        seg = writer._segment
+        assert seg is not None
+        if seg.handle.pending == 0:  # completed already: try again
+            await asyncio.wait_for(head, 20)
+            txid += 1
+            continue
+        # No loop pass between the check and these writes: the head is in
+        # flight, so they wait behind it rather than go at once.
+        rest = [writer.write_nowait(LogRecord(txid + i, b"rest")) for i in range(1, 4)]
+        assert seg.buffer.num_records == 3
+        dlsns = await asyncio.wait_for(asyncio.gather(head, *rest), 20)
+        assert dlsns[1].entry_id == dlsns[2].entry_id == dlsns[3].entry_id == dlsns[0].entry_id + 1
+        behind_in_flight += 1
+        txid += 4
+        if behind_in_flight == 3:
+            break
+    assert behind_in_flight == 3, "the head entry never stayed in flight for a loop pass"
+    assert first.entry_id == 0
+    await writer.close()
+
+
 async def test_immediate_flush_batches_records_and_readers_see_each_entry(
     open_namespace: Any,
 ) -> None:
