@@ -169,13 +169,13 @@ TEST_NAMESPACE_SETTINGS = {
 @pytest.fixture
 async def open_namespace(make_bookie, zk_server, zk_root, ledgers_uri):  # type: ignore[no-untyped-def]
     """``await open_namespace(**settings)``: a dlog namespace (its own
-    ZooKeeper session and ledger client) on 3 in-process bookies; every
-    namespace opened is closed at the end of the test."""
+    ZooKeeper session and ledger client) on 3 in-process bookies
+    (``open_namespace.bookies``, for tests that stop some); every namespace
+    opened is closed at the end of the test."""
     from dlog.conf.dlog import DLogConfig
     from dlog.namespace import Namespace
 
-    for i in range(3):
-        await make_bookie(f"b{i}")
+    bookies = [await make_bookie(f"b{i}") for i in range(3)]
     opened: list[Namespace] = []
 
     async def factory(**settings: object) -> Namespace:
@@ -188,6 +188,7 @@ async def open_namespace(make_bookie, zk_server, zk_root, ledgers_uri):  # type:
         opened.append(ns)
         return ns
 
+    factory.bookies = bookies  # type: ignore[attr-defined]
     yield factory
     from dlog import failpoints
 

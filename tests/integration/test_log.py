@@ -147,35 +147,24 @@ async def test_a_new_writer_fences_the_old_one(namespace, zk_server) -> None:
 
 
 async def test_a_writer_that_lost_its_lock_says_so_whatever_failed_first(
-    make_bookie, zk_server, zk_root: str, ledgers_uri: str
+    open_namespace,
 ) -> None:
     """Writes fail for a lesser reason (two of three bookies are gone), then
     the session expires: from then on the writer reports the lost lock,
     which is why it can never write again, not the old bookie failure."""
-    from dlog.conf.dlog import DLogConfig
-    from tests.conftest import TEST_NAMESPACE_SETTINGS
     from tests.crash import expire_session
 
-    bookies = [await make_bookie(f"b{i}") for i in range(3)]
-    conf = DLogConfig.load(
-        overrides={**TEST_NAMESPACE_SETTINGS, "bkc.metadataServiceUri": ledgers_uri}
-    )
-    ns = await Namespace.open(
-        f"distributedlog://{zk_server.connect_string}{zk_root}/ns", conf, bind=True
-    )
-    try:
-        writer = await (await ns.open_log("lesser")).open_writer()
-        await writer.write(LogRecord(1, b"fine"))
-        for b in bookies[:2]:
-            await b.stop()
-        with pytest.raises(BKTransmitError, match="not enough bookies"):
-            await writer.write(LogRecord(2, b"every write set has a stopped bookie"))
-        await expire_session(ns.zk)
-        with pytest.raises(LockingError):
-            await writer.write(LogRecord(3, b"after the session expired"))
-        await writer.close()
-    finally:
-        await ns.close()
+    ns = await open_namespace()
+    writer = await (await ns.open_log("lesser")).open_writer()
+    await writer.write(LogRecord(1, b"fine"))
+    for b in open_namespace.bookies[:2]:
+        await b.stop()
+    with pytest.raises(BKTransmitError, match="not enough bookies"):
+        await writer.write(LogRecord(2, b"every write set has a stopped bookie"))
+    await expire_session(ns.zk)
+    with pytest.raises(LockingError):
+        await writer.write(LogRecord(3, b"after the session expired"))
+    await writer.close()
 
 
 async def test_truncated_positions_start_at_the_first_live_record(namespace) -> None:

@@ -9,13 +9,10 @@ from typing import Any
 
 import pytest
 
-from dlog.conf.dlog import DLogConfig
 from dlog.errors import BKTransmitError, TransactionIdOutOfOrderError
-from dlog.namespace import Namespace
 from dlog.reader import LogReader
 from dlog.record import LogRecord, LogRecordWithDLSN
 from dlog.writer import WrittenDLSNs
-from tests.conftest import TEST_NAMESPACE_SETTINGS
 
 
 def payload(i: int) -> bytes:
@@ -116,27 +113,16 @@ async def test_control_records_in_a_bulk_take_their_slots_and_readers_skip_them(
     await reader.close()
 
 
-async def test_a_failed_write_fails_the_bulk_future(
-    make_bookie: Any, zk_server: Any, zk_root: str, ledgers_uri: str
-) -> None:
-    bookies = [await make_bookie(f"b{i}") for i in range(3)]
-    conf = DLogConfig.load(
-        overrides={**TEST_NAMESPACE_SETTINGS, "bkc.metadataServiceUri": ledgers_uri}
-    )
-    ns = await Namespace.open(
-        f"distributedlog://{zk_server.connect_string}{zk_root}/ns", conf, bind=True
-    )
-    try:
-        writer = await (await ns.open_log("failing")).open_writer()
-        await writer.write_bulk([LogRecord(1, b"fine")])
-        for b in bookies[:2]:
-            await b.stop()
-        future = writer.write_bulk_nowait([LogRecord(i, b"lost") for i in range(2, 50)])
-        with pytest.raises(BKTransmitError):
-            await asyncio.wait_for(future, 60)
-        await writer.close()
-    finally:
-        await ns.close()
+async def test_a_failed_write_fails_the_bulk_future(open_namespace: Any) -> None:
+    ns = await open_namespace()
+    writer = await (await ns.open_log("failing")).open_writer()
+    await writer.write_bulk([LogRecord(1, b"fine")])
+    for b in open_namespace.bookies[:2]:
+        await b.stop()
+    future = writer.write_bulk_nowait([LogRecord(i, b"lost") for i in range(2, 50)])
+    with pytest.raises(BKTransmitError):
+        await asyncio.wait_for(future, 60)
+    await writer.close()
 
 
 async def test_an_idle_pipe_sends_at_once_and_a_busy_one_batches_until_it_drains(
