@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from rocksdict import WriteBatch, WriteOptions
@@ -62,8 +62,19 @@ class EntryLocationIndex:
         chunk: int = 4096,
         pause: Callable[[], None] = lambda: time.sleep(0),
     ) -> None:
+        """Write ``(ledger, entry, location)`` triples durably (see :meth:`add_runs`)."""
+        self.add_runs(((lid, (eid,), (loc,)) for lid, eid, loc in items), chunk, pause)
+
+    def add_runs(
+        self,
+        runs: Iterable[tuple[int, Sequence[int], Sequence[int]]],
+        chunk: int = 4096,
+        pause: Callable[[], None] = lambda: time.sleep(0),
+    ) -> None:
         """Write locations durably (before the checkpoint that lets the
-        journal forget these entries).
+        journal forget these entries): each run is a ledger id, its entry
+        ids and their locations (the flush keeps them as compact arrays, not
+        a tuple per entry, which would be freed in one GIL-holding sweep).
 
         Written in chunks, with ``pause()`` between them: RocksDB holds the
         GIL for a whole write, and one write of a full cache would stall the
@@ -73,15 +84,20 @@ class EntryLocationIndex:
         wb = WriteBatch(raw_mode=True)
         n = 0
         with io_errors(f"location index {self.path}"):
-            for lid, eid, loc in items:
-                wb.put(key(lid, eid), value(loc))
-                n += 1
-                if n == chunk:
-                    fileio.check("index.write")
-                    self._db.write(wb, self._nosync)
-                    wb = WriteBatch(raw_mode=True)
-                    n = 0
-                    pause()
+            for lid, eids, locations in runs:
+                if len(eids) != len(locations):
+                    raise ValueError(
+                        f"ledger {lid}: {len(eids)} entry ids but {len(locations)} locations"
+                    )
+                for eid, loc in zip(eids, locations):  # noqa: B905 - lengths checked above
+                    wb.put(key(lid, eid), value(loc))
+                    n += 1
+                    if n == chunk:
+                        fileio.check("index.write")
+                        self._db.write(wb, self._nosync)
+                        wb = WriteBatch(raw_mode=True)
+                        n = 0
+                        pause()
             if n:
                 fileio.check("index.write")
                 self._db.write(wb, self._nosync)

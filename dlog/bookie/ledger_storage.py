@@ -33,9 +33,9 @@ import errno
 import hashlib
 import logging
 import time
+from array import array
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from itertools import repeat
 from pathlib import Path
 from typing import TypeVar
 
@@ -62,6 +62,10 @@ LOG_EVERY = 30.0
 #: Entries a flush writes between two pauses (see dlog.bookie.pacer): a
 #: few milliseconds of work.
 SLICE = 1024
+
+#: One ledger's entry ids and their entry-log locations, from one slice of a
+#: flush: what the flush hands the location index.
+IndexRun = tuple[int, "array[int]", "array[int]"]
 
 
 class SingleDirectoryDbLedgerStorage:
@@ -144,7 +148,7 @@ class SingleDirectoryDbLedgerStorage:
         self._deleted: dict[int, int] = {}
         # Locations of a flush whose entry logs are durable but whose index
         # write failed: the retry writes only these.
-        self._unindexed: list[tuple[int, int, int]] | None = None
+        self._unindexed: list[IndexRun] | None = None
         self._retry_at = 0.0
         self._backoff = MIN_BACKOFF
         self._failures = 0
@@ -338,7 +342,7 @@ class SingleDirectoryDbLedgerStorage:
             self._unindexed = batch
             failpoint("ledger_storage.flush.before_index")
         if batch:
-            self.locations.add_batch(batch, pause=self.pacer.pause)
+            self.locations.add_runs(batch, pause=self.pacer.pause)
         self.ledger_index.flush()
         self._unindexed = None
         # Everything is in the index now: the frozen half can go.
@@ -347,7 +351,7 @@ class SingleDirectoryDbLedgerStorage:
         self.last_flush_seconds = time.monotonic() - t0
         self.last_flush_bytes = nbytes
 
-    def _write_entry_logs(self, cache: WriteCache, batch: list[tuple[int, int, int]]) -> int:
+    def _write_entry_logs(self, cache: WriteCache, batch: list[IndexRun]) -> int:
         nbytes = 0
         half = cache.count // 2
         written = 0
@@ -358,14 +362,7 @@ class SingleDirectoryDbLedgerStorage:
             for start in range(0, len(eids), SLICE):
                 chunk = datas[start : start + SLICE]
                 locations = self.manager.add_entries(lid, chunk)
-                batch.extend(
-                    zip(
-                        repeat(lid, len(locations)),
-                        eids[start : start + SLICE],
-                        locations,
-                        strict=True,
-                    )
-                )
+                batch.append((lid, array("q", eids[start : start + SLICE]), array("q", locations)))
                 nbytes += sum(map(len, chunk))
                 written += len(chunk)
                 if half and written >= half:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import threading
+from array import array
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 
 from dlog.bookie.entry_location_index import EntryLocationIndex
 from dlog.bookie.ledger_index import LedgerIndex
-from dlog.bookie.ledger_storage import DbLedgerStorage, SingleDirectoryDbLedgerStorage
+from dlog.bookie.ledger_storage import SLICE, DbLedgerStorage, SingleDirectoryDbLedgerStorage
 from dlog.bookie.read_cache import ReadCache
 from dlog.bookie.write_cache import ENTRY_OVERHEAD, WriteCache
 from dlog.conf.bookie import BookieConfig
@@ -277,6 +278,26 @@ def test_entry_location_index_large_ids_order(tmp_path: Path) -> None:
     idx.close()
 
 
+def test_entry_location_index_runs_write_every_entry_across_chunks(tmp_path: Path) -> None:
+    """The flush hands the index one run of arrays per ledger slice; every
+    entry lands, whatever the chunking, with pauses between chunks."""
+    idx = EntryLocationIndex(tmp_path / "loc")
+    pauses = []
+    runs = [
+        (3, array("q", range(0, 10)), array("q", range(100, 110))),
+        (1, array("q", [5, 6, 7]), array("q", [1 << 33, (1 << 33) + 9, (1 << 33) + 18])),
+        (3, array("q", range(10, 13)), array("q", range(110, 113))),
+    ]
+    idx.add_runs(runs, chunk=4, pause=lambda: pauses.append(1))
+    assert idx.entry_ids(3) == list(range(13))
+    assert [idx.get(3, e) for e in range(13)] == list(range(100, 113))
+    assert idx.get(1, 6) == (1 << 33) + 9
+    assert len(pauses) == 4  # 16 entries in chunks of 4
+    with pytest.raises(ValueError, match="ledger 9: 2 entry ids but 1 locations"):
+        idx.add_runs([(9, array("q", [0, 1]), array("q", [5]))])
+    idx.close()
+
+
 def test_ledger_index(tmp_path: Path) -> None:
     li = LedgerIndex(tmp_path / "ledgers")
     assert li.get(1) is None
@@ -368,6 +389,25 @@ async def test_add_flush_and_read_back_from_disk(tmp_path: Path) -> None:
         assert st2.locations.entry_ids(2) == list(range(20))
     finally:
         await st2.close()
+
+
+async def test_a_flush_indexes_every_slice_of_a_long_ledger(tmp_path: Path) -> None:
+    """A ledger with more cached entries than one flush slice is written and
+    indexed slice by slice: each entry is found at its own location."""
+    conf = sconf(tmp_path)
+    st_ = make_storage(tmp_path, conf)
+    n = 2 * SLICE + 7
+    try:
+        st_.ledger_index.set_master_key(4, b"k")
+        for eid in range(n):
+            assert st_.try_add(4, eid, entry(4, eid, b"%d" % eid))
+        await st_.flush()
+        assert st_.write_cache_count == 0
+        assert st_.locations.entry_ids(4) == list(range(n))
+        for eid in (0, SLICE - 1, SLICE, 2 * SLICE, n - 1):
+            assert st_.get_entry(4, eid) == entry(4, eid, b"%d" % eid)
+    finally:
+        await st_.close()
 
 
 async def test_entry_minus_one_returns_last_entry(tmp_path: Path) -> None:
