@@ -13,8 +13,10 @@ adds, closed loop), then at half load (an open-loop rate of half the full
 throughput, no coordinated omission) over a window long enough to hold at
 least two checkpoints (``flushInterval``), with the number it held, the
 worst one-second p99, the bookie's own per-stage journal percentiles
-(queue, write, fsync, callback; bucket resolution) and event-loop lag, and
-the bookie's peak RSS beside its cache limits.
+(queue, write, fsync, callback; bucket resolution) and event-loop lag, the
+load generator's own share (how late it sent each add, and its CPU per
+add: it runs on the same two cores), and the bookie's peak RSS beside its
+cache limits.
 
 Then the memory bound: a bookie with small caches (64 MiB write, 32 MiB
 read-ahead) takes full load until its write cache has filled many times,
@@ -199,16 +201,23 @@ async def closed_loop(
 
 
 async def open_loop(
-    load: Load, rate: float, seconds: float, sent_at: list[float] | None = None
+    load: Load,
+    rate: float,
+    seconds: float,
+    sent_at: list[float] | None = None,
+    send_lags: list[float] | None = None,
 ) -> tuple[int, float, list[float]]:
     """Send at a fixed rate regardless of completions (no coordinated omission);
-    ``sent_at`` gets each latency's scheduled send time, in the same order.
+    ``sent_at`` gets each latency's scheduled send time, in the same order,
+    and ``send_lags`` how late each add left the load generator (its own
+    share of the latencies).
 
     Completed futures are not kept: hundreds of thousands of live objects
     would make the load generator's own garbage collections pause it for
     tens of milliseconds, which would show up as the bookie's latency."""
     latencies: list[float] = []
     when = sent_at if sent_at is not None else []
+    lags = send_lags if send_lags is not None else []
     interval = 1.0 / rate
     t_start = time.monotonic()
     sent = 0
@@ -234,10 +243,15 @@ async def open_loop(
         due = int((now - t_start) / interval) + 1
         while sent < due:
             scheduled = t_start + sent * interval
+            lags.append(now - scheduled)
             load.send().add_done_callback(lambda f, t0=scheduled: on_done(f, t0))
             outstanding += 1
             sent += 1
-        await asyncio.sleep(0.0005)
+        # 1 ms, not less: uvloop's timers have millisecond resolution and a
+        # shorter sleep returns at once, so the generator would spin a whole
+        # core (of two) that the bookie needs. Sends are due by the schedule
+        # above either way: a late send counts in the latency.
+        await asyncio.sleep(0.001)
     sending = False
     if outstanding:
         await drained
@@ -340,7 +354,10 @@ async def run(
     fl0 = scrape(metrics_port, "bookie_ledger_storage_flush_latency_seconds_count")
     fs0, t0 = scrape(metrics_port, "bookie_journal_fsync_latency_seconds_count"), time.monotonic()
     sent_at: list[float] = []
-    n, elapsed, lat = await open_loop(load, full_rate / 2, half_seconds, sent_at)
+    send_lags: list[float] = []
+    mine0 = time.process_time()
+    n, elapsed, lat = await open_loop(load, full_rate / 2, half_seconds, sent_at, send_lags)
+    mine1 = time.process_time()
     fsyncs = (scrape(metrics_port, "bookie_journal_fsync_latency_seconds_count") - fs0) / (
         time.monotonic() - t0
     )
@@ -360,6 +377,10 @@ async def run(
             scrape(metrics_port, "bookie_ledger_storage_flush_latency_seconds_count") - fl0
         ),
         "journal_fsyncs_per_s": round(fsyncs),
+        # The load generator's own part: how late it sent (scheduled to
+        # sent), and its CPU per add (it shares the machine's cores).
+        "client_send_lag": percentiles(send_lags),
+        "client_cpu_us_per_add": round((mine1 - mine0) / n * 1e6, 1),
         "server_stages_ms_le": stage_percentiles(stages0, stage_snapshot(metrics_port)),
     }
     await client.close()
