@@ -151,6 +151,70 @@ def test_write_cache_never_exceeds_limit_once_non_empty(
         assert wc.size == sum(cost(d) for _, _, d in wc.sorted_entries())
 
 
+def test_write_cache_copies_entries_into_slabs_across_their_ends() -> None:
+    """Entries fill slabs in order and continue in the next one; an entry
+    too big to share a slab is kept whole; every one reads back intact."""
+    wc = WriteCache(64 << 20)
+    entries = {(1 + i % 3, i): bytes([i % 251]) * (700 + i % 900) for i in range(12_000)}
+    big = b"B" * (2 << 20)
+    for (lid, eid), data in entries.items():
+        assert wc.put(lid, eid, data)
+    assert wc.put(9, 0, big)
+    entries[(9, 0)] = big
+    assert len(wc._slabs) > 2  # the entries spanned several slabs
+    assert any(s is big for s in wc._slabs)  # kept as it came, not copied
+    assert {(lid, eid): d for lid, eid, d in wc.sorted_entries()} == entries
+    assert all(wc.get(lid, eid) == d for (lid, eid), d in entries.items())
+
+
+def test_a_released_write_cache_reuses_its_slabs() -> None:
+    wc = WriteCache(16 << 20)
+    for i in range(3000):
+        wc.put(1, i, b"x" * 1024)
+    slabs = [s for s in wc._slabs]
+    wc.release()
+    assert wc.get(1, 0) is None and wc.count == 0 and wc.size == 0
+    for i in range(3000):
+        wc.put(2, i, b"y" * 1024)
+    assert sorted(map(id, wc._slabs)) == sorted(map(id, slabs))  # no new memory
+    assert wc.get(2, 2999) == b"y" * 1024
+
+
+def test_a_write_cache_read_that_overlaps_a_release_returns_nothing() -> None:
+    """A reader thread copies an entry while the flush thread releases the
+    half and the slab is filled again: the copy must not hand out the new
+    bytes as the old entry."""
+
+    class Racing(WriteCache):
+        racing = True
+
+        def _view(self, position: int) -> memoryview:
+            view = super()._view(position)
+            if self.racing:
+                self.racing = False
+                self.release()  # meanwhile, on the flush thread
+                self.put(2, 0, b"new!" * 64)  # the same slab, the same offset
+            return view
+
+    wc = Racing(1 << 20)
+    wc.put(1, 0, b"old!" * 64)
+    assert wc.get(1, 0) is None
+    assert wc.get(2, 0) == b"new!" * 64
+
+
+def test_write_cache_memory_counts_slab_space_not_just_entries() -> None:
+    """Replaced and deleted entries keep their slab bytes until release, so
+    the limit also bounds the slab space used, not only the live entries."""
+    data = b"r" * 1000
+    wc = WriteCache(20 * cost(data))
+    for _ in range(40):
+        if not wc.put(1, 0, data):  # the same entry over and over
+            break
+    else:
+        raise AssertionError("replacing one entry forever never filled the cache")
+    assert wc.count == 1 and wc._used <= wc.max_bytes
+
+
 # ---------------------------------------------------------------------------
 # ReadCache
 # ---------------------------------------------------------------------------
