@@ -29,7 +29,7 @@ import struct
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from dlog.bookie import fileio
@@ -157,7 +157,7 @@ class EntryLogFile:
             raise
         self.size = HEADER_SIZE  # logical size, including buffered bytes
         self._written = HEADER_SIZE  # bytes handed to the OS
-        self._parts: list[bytes | memoryview] = []  # size prefixes and entries not yet written
+        self._parts: list[bytes] = []  # size prefixes and entries not yet written
         self._parts_bytes = 0
         self._unsynced = 0
         self._written_back = HEADER_SIZE  # bytes below this are on the disk
@@ -175,7 +175,7 @@ class EntryLogFile:
     def add(self, ledger_id: int, entry: bytes) -> int:
         return self.add_batch(ledger_id, [entry])[0]
 
-    def add_batch(self, ledger_id: int, entries: Sequence[bytes | memoryview]) -> list[int]:
+    def add_batch(self, ledger_id: int, entries: list[bytes]) -> list[int]:
         """Append entries of one ledger; returns their locations. The bytes
         are handed to the kernel with pwritev, never copied in Python."""
         every = self._flush_every
@@ -196,7 +196,7 @@ class EntryLogFile:
             locations += self._add_batch(ledger_id, entries[start:])
         return locations
 
-    def _add_batch(self, ledger_id: int, entries: Sequence[bytes | memoryview]) -> list[int]:
+    def _add_batch(self, ledger_id: int, entries: list[bytes]) -> list[int]:
         base = self.log_id << 32
         pos = self.size
         locations = []

@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from dlog.bookie.entry_log import EntryLogFile, EntryLogger, Savepoint
 
@@ -62,7 +62,7 @@ class EntryLogManager(abc.ABC):
         """Append ``entry``; returns its location. Durable only after :meth:`flush`."""
         return self.add_entries(ledger_id, [entry])[0]
 
-    def add_entries(self, ledger_id: int, entries: Sequence[bytes | memoryview]) -> list[int]:
+    def add_entries(self, ledger_id: int, entries: list[bytes]) -> list[int]:
         """Append a ledger's entries in order; returns their locations. A
         batch that would overflow a log continues in the next one."""
         locations: list[int] = []

@@ -358,9 +358,9 @@ class SingleDirectoryDbLedgerStorage:
         for lid in cache.ledger_ids():
             if lid in self._deleted:
                 continue  # deleted by the garbage collector since it was added
-            eids, positions = cache.sorted_ledger(lid)
+            eids, datas = cache.sorted_ledger(lid)
             for start in range(0, len(eids), SLICE):
-                chunk = cache.payloads(positions[start : start + SLICE])
+                chunk = datas[start : start + SLICE]
                 locations = self.manager.add_entries(lid, chunk)
                 batch.append((lid, array("q", eids[start : start + SLICE]), array("q", locations)))
                 nbytes += sum(map(len, chunk))

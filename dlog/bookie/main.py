@@ -37,15 +37,13 @@ M_TRIM_THRESHOLD = -1
 def keep_freed_memory() -> bool:
     """Stop glibc from handing freed heap memory back to the kernel.
 
-    The read-ahead cache and the requests in flight are many small objects,
-    freed in bursts. By default the free() that empties the top of the heap
-    trims it, unmapping memory while holding the interpreter lock (13-43 ms
-    measured on this project's VM when the write cache still lived in the
-    heap, every add on the loop waiting), and the next burst faults it back
-    in. A bookie's memory is bounded by its caches anyway; keeping what it
-    reached costs nothing more. (The write cache keeps its entries in slabs
-    outside the heap: see :mod:`dlog.bookie.write_cache`.) False where the
-    C library has no mallopt (not glibc)."""
+    A write-cache half is hundreds of MB of small objects, freed at once
+    after its flush. By default the free() that empties the top of the heap
+    trims it, unmapping hundreds of MB while holding the interpreter lock
+    (13-43 ms measured on this project's VM, every add on the loop waiting),
+    and the next half faults it all back in. A bookie's memory is bounded by
+    its caches anyway; keeping what it reached costs nothing more. False
+    where the C library has no mallopt (not glibc)."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
