@@ -83,10 +83,13 @@ class RequestProcessor:
         self.on_release: Callable[[], None] | None = None
 
     @staticmethod
-    def kind(req: Request) -> str | None:
+    def kind(req: Request | m.AddFrame) -> str | None:
         """ADD or READ for a request that counts against an in-progress
         limit, else None. Long polls only wait for the LAC; counting them
         would let idle tailing readers starve real reads."""
+        if type(req) is m.AddFrame:
+            return ADD
+        assert isinstance(req, Request)
         op = req.header.operation
         if op == m.ADD_ENTRY:
             return ADD
@@ -114,7 +117,19 @@ class RequestProcessor:
             )
         self.metrics.requests.inc(labels=labels)
 
-    def handle(self, req: Request, conn: Responder) -> None:
+    def handle(self, req: Request | m.AddFrame, conn: Responder) -> None:
+        if type(req) is m.AddFrame:
+            self._add(
+                req.txn_id,
+                req.ledger_id,
+                req.entry_id,
+                req.master_key,
+                req.body,
+                req.recovery,
+                conn,
+            )
+            return
+        assert isinstance(req, Request)
         problem = m.request_problem(req)
         if problem is not None:
             self._refusal_log(
@@ -126,7 +141,16 @@ class RequestProcessor:
         op = req.header.operation
         try:
             if op == m.ADD_ENTRY:
-                self._add(req, conn)
+                ar = req.addRequest
+                self._add(
+                    req.header.txnId,
+                    ar.ledgerId,
+                    ar.entryId,
+                    ar.masterKey,
+                    ar.body,
+                    ar.HasField("flag") and ar.flag == m.RECOVERY_ADD,
+                    conn,
+                )
             elif op == m.READ_ENTRY:
                 self._read(req, conn)
             elif op == m.READ_LAC:
@@ -158,10 +182,16 @@ class RequestProcessor:
             conn.send(m.error_response(req, EIO))
 
     # -- operations -------------------------------------------------------------
-    def _add(self, req: Request, conn: Responder) -> None:
-        ar = req.addRequest
-        txn = req.header.txnId
-        lid, eid = ar.ledgerId, ar.entryId
+    def _add(
+        self,
+        txn: int,
+        lid: int,
+        eid: int,
+        master_key: bytes,
+        body: bytes,
+        recovery: bool,
+        conn: Responder,
+    ) -> None:
         t0 = time.monotonic()
         latency = self.metrics.add_latency
         answered = False
@@ -183,9 +213,8 @@ class RequestProcessor:
         n = self.adds_in_progress = self.adds_in_progress + 1
         if n > self.max_adds_in_progress:
             self.max_adds_in_progress = n
-        recovery = ar.HasField("flag") and ar.flag == m.RECOVERY_ADD
         try:
-            self.bookie.add_entry(lid, eid, ar.masterKey, ar.body, recovery, respond)
+            self.bookie.add_entry(lid, eid, master_key, body, recovery, respond)
         except Exception:
             log.exception("add of ledger %d entry %d failed", lid, eid)
             respond(EIO)

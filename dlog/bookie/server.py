@@ -46,6 +46,7 @@ from google.protobuf.message import DecodeError
 from dlog.bookie.request_processor import ADD, READ, RequestProcessor
 from dlog.protocol.bookkeeper_pb2 import Request, Response
 from dlog.protocol.frame import FrameDecoder, FrameTooLargeError
+from dlog.protocol.messages import AddFrame, decode_add_request
 
 if TYPE_CHECKING:
     from dlog.bookie.bookie import Bookie
@@ -96,7 +97,7 @@ class BookieConnection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         now = self._loop.time()
         self._outstanding = 0  # requests handed to the processor, not yet answered
-        self._backlog: collections.deque[Request] = collections.deque()
+        self._backlog: collections.deque[Request | AddFrame] = collections.deque()
         self._waiting = False  # in one of the server's waiter queues
         self._frame_started: float | None = None  # first byte of the incomplete frame
         self._last_active = now
@@ -172,13 +173,20 @@ class BookieConnection(asyncio.Protocol):
         backlog = self._backlog
         limits_on = server.limits_on
         handle = self.processor.handle
+        req: Request | AddFrame | None
         for payload in frames:
-            try:
-                # protobuf parses any buffer; its stubs say bytes (a copy we avoid).
-                req = Request.FromString(payload)  # type: ignore[arg-type]
-            except DecodeError as e:
-                self._begin_close("undecodable", f"undecodable frame of {len(payload)} bytes: {e}")
-                return
+            # Adds skip protobuf (see decode_add_request); the rest, and any
+            # add it declines, are protobuf's.
+            req = decode_add_request(payload)
+            if req is None:
+                try:
+                    # protobuf parses any buffer; its stubs say bytes (a copy we avoid).
+                    req = Request.FromString(payload)  # type: ignore[arg-type]
+                except DecodeError as e:
+                    self._begin_close(
+                        "undecodable", f"undecodable frame of {len(payload)} bytes: {e}"
+                    )
+                    return
             if backlog:
                 backlog.append(req)
                 continue
@@ -490,7 +498,7 @@ class BookieServer:
         p = self.processor
         return p.adds_in_progress if kind == ADD else p.reads_in_progress
 
-    def limited_kind(self, req: Request) -> str | None:
+    def limited_kind(self, req: Request | AddFrame) -> str | None:
         """The kind of ``req`` when a limit applies to it."""
         kind = RequestProcessor.kind(req)
         if kind is None or not self._limit[kind]:

@@ -6,6 +6,7 @@ what to send lives elsewhere.
 
 from __future__ import annotations
 
+import re
 from typing import cast
 
 from dlog.protocol import bookkeeper_pb2 as pb
@@ -392,3 +393,144 @@ def encode_add_request(
         )
     )
     return _header_bytes(ADD_ENTRY, txn_id) + b"\xaa\x06" + _varint(len(sub)) + sub
+
+
+# ---------------------------------------------------------------------------
+# Hand-decoded add requests
+#
+# Parsing a request with protobuf's upb runtime makes an arena per message,
+# and that runtime calls malloc_trim(0) on every 10,000th arena it frees
+# (upb_trim_allocfunc in protobuf's python/protobuf.c): at a bookie's add
+# rate that is several times a second, each a GIL-holding madvise sweep of
+# every free page in the heap, measured as the largest part of the add
+# tail. Adds in the shape BookKeeper's clients send are decoded here
+# instead; anything else (another operation, unknown or repeated fields,
+# request context, writeFlags, a value protobuf would treat differently) is
+# declined and parsed by protobuf, so the two can never disagree about a
+# request the fast path accepts (tests/unit/test_wire_fast_path.py).
+# ---------------------------------------------------------------------------
+
+
+class AddFrame:
+    """An ADD_ENTRY request decoded by :func:`decode_add_request`; the fields
+    protobuf's ``Request`` would give, already checked complete."""
+
+    __slots__ = ("txn_id", "ledger_id", "entry_id", "master_key", "body", "recovery")
+
+    def __init__(
+        self,
+        txn_id: int,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        body: bytes,
+        recovery: bool,
+    ) -> None:
+        self.txn_id = txn_id
+        self.ledger_id = ledger_id
+        self.entry_id = entry_id
+        self.master_key = master_key
+        self.body = body
+        self.recovery = recovery
+
+    def __repr__(self) -> str:
+        return (
+            f"AddFrame(txn_id={self.txn_id}, ledger_id={self.ledger_id}, "
+            f"entry_id={self.entry_id}, body={len(self.body)} bytes, recovery={self.recovery})"
+        )
+
+
+#: A varint of at most 10 bytes (group).
+_VARINT = rb"([\x80-\xff]{0,9}[\x00-\x7f])"
+
+#: An add request as protobuf serializers write it, fields in number order,
+#: up to the master key's length: header{version=3, operation=ADD_ENTRY,
+#: txnId[, priority]}, then addRequest{ledgerId, entryId, masterKey's length.
+_ADD_REQUEST = re.compile(
+    rb"\x0a([\x00-\x7f])\x08"
+    + re.escape(bytes((VERSION_THREE, 0x10, ADD_ENTRY, 0x18)))
+    + _VARINT
+    + rb"(?:\x20"
+    + _VARINT
+    + rb")?\xaa\x06"
+    + _VARINT
+    + rb"\x08"
+    + _VARINT
+    + rb"\x10"
+    + _VARINT
+    + rb"\x1a"
+    + _VARINT,
+    re.DOTALL,
+)
+#: The add's flag field (100) set to RECOVERY_ADD, after the body.
+_RECOVERY_FLAG = b"\xa0\x06" + bytes((RECOVERY_ADD,))
+_U64 = 1 << 64
+_I64_LIMIT = 1 << 63
+
+
+def _varint_value(data: bytes) -> int:
+    """The value of a whole varint (its bytes as :data:`_VARINT` matched)."""
+    size = len(data)
+    if size == 1:
+        return data[0]
+    if size == 2:
+        return (data[0] & 0x7F) | data[1] << 7
+    if size == 3:
+        return (data[0] & 0x7F) | (data[1] & 0x7F) << 7 | data[2] << 14
+    value = 0
+    shift = 0
+    for b in data:
+        value |= (b & 0x7F) << shift
+        shift += 7
+    return value
+
+
+def decode_add_request(data: bytes | memoryview) -> AddFrame | None:
+    """The add request in ``data`` (a serialized ``Request``), or None when
+    it is not an add in the canonical shape; then parse it with protobuf."""
+    match = _ADD_REQUEST.match(data)
+    if match is None:
+        return None
+    # A bookie has no use for the priority (protobuf keeps any varint's low 32 bits).
+    header_len, txn, _priority, sub_len, lid, eid, key_len = match.groups()
+    n = len(data)
+    p = match.end()
+    if (
+        match.start(4) != 4 + header_len[0]  # the header ends where addRequest starts
+        or match.end(4) + _varint_value(sub_len) != n  # and addRequest ends the request
+    ):
+        return None
+    txn_id = _varint_value(txn)
+    ledger_id = _varint_value(lid)
+    entry_id = _varint_value(eid)
+    if txn_id >= _U64 or ledger_id >= _U64 or entry_id >= _U64:
+        return None  # over 64 bits: protobuf's to judge
+    if ledger_id >= _I64_LIMIT:  # int64s travel as their two's complement
+        ledger_id -= _U64
+    if entry_id >= _I64_LIMIT:
+        entry_id -= _U64
+    key_end = p + _varint_value(key_len)
+    if key_end >= n or data[key_end] != 0x22:
+        return None
+    key = bytes(data[p:key_end])
+    # The body's length: at most 5 bytes for any frame a bookie accepts.
+    p = key_end + 1
+    size = 0
+    shift = 0
+    while True:
+        if p >= n or shift > 28:
+            return None
+        b = data[p]
+        p += 1
+        size |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+    body_end = p + size
+    if body_end == n:
+        recovery = False
+    elif body_end + 3 == n and data[body_end:] == _RECOVERY_FLAG:
+        recovery = True
+    else:
+        return None
+    return AddFrame(txn_id, ledger_id, entry_id, key, bytes(data[p:body_end]), recovery)

@@ -38,3 +38,132 @@ def test_add_request_bytes_match_protobuf(
 ) -> None:
     expected = m.add_request(txn, lid, eid, key, body, recovery).SerializeToString()
     assert m.encode_add_request(txn, lid, eid, key, body, recovery) == expected
+
+
+# -- the hand-decoded add request ---------------------------------------------------
+
+
+def _protobuf_add(data: bytes) -> tuple[int, int, int, bytes, bytes, bool] | None:
+    """What the bookie's protobuf path makes of ``data``: the add it would
+    serve, or None when it would not serve ``data`` as a complete add."""
+    try:
+        req = m.Request.FromString(data)
+    except Exception:
+        return None
+    if m.request_problem(req) is not None or req.header.operation != m.ADD_ENTRY:
+        return None
+    ar = req.addRequest
+    recovery = ar.HasField("flag") and ar.flag == m.RECOVERY_ADD
+    return (req.header.txnId, ar.ledgerId, ar.entryId, ar.masterKey, ar.body, recovery)
+
+
+def _fast_add(data: bytes | memoryview) -> tuple[int, int, int, bytes, bytes, bool] | None:
+    f = m.decode_add_request(data)
+    if f is None:
+        return None
+    return (f.txn_id, f.ledger_id, f.entry_id, f.master_key, f.body, f.recovery)
+
+
+def _canonical(
+    txn: int, lid: int, eid: int, key: bytes, body: bytes, recovery: bool, priority: int | None
+) -> bytes:
+    req = m.add_request(txn, lid, eid, key, body, recovery)
+    if priority is not None:
+        req.header.priority = priority
+    return req.SerializeToString()
+
+
+def _adds(bodies: st.SearchStrategy[bytes]) -> st.SearchStrategy[bytes]:
+    return st.builds(
+        _canonical,
+        txns,
+        ids,
+        ids,
+        st.binary(max_size=40),
+        bodies,
+        st.booleans(),
+        st.one_of(st.none(), st.integers(0, 2**32 - 1)),
+    )
+
+
+small_adds = _adds(st.binary(max_size=300))
+#: Also bodies whose length takes a 3-byte varint.
+canonical_adds = st.one_of(small_adds, _adds(st.binary(min_size=20_000, max_size=20_001)))
+
+
+@settings(max_examples=400)
+@given(canonical_adds)
+def test_adds_as_protobuf_writes_them_are_decoded_without_it(data: bytes) -> None:
+    expected = _protobuf_add(data)
+    assert expected is not None
+    assert _fast_add(data) == expected
+    assert _fast_add(memoryview(bytearray(data))) == expected  # as frames arrive
+
+
+@settings(max_examples=300)
+@given(txns, ids, ids, st.binary(max_size=40), st.binary(max_size=300), st.booleans())
+def test_adds_dlog_encodes_by_hand_are_decoded(
+    txn: int, lid: int, eid: int, key: bytes, body: bytes, recovery: bool
+) -> None:
+    data = m.encode_add_request(txn, lid, eid, key, body, recovery)
+    assert _fast_add(data) == (txn, lid, eid, key, body, recovery)
+
+
+def _mutate(data: bytes, how: int, at: int, value: int) -> bytes:
+    at %= len(data) + 1
+    if how == 0:  # overwrite a byte
+        return data[:at] + bytes([value]) + data[at + 1 :]
+    if how == 1:  # insert a byte
+        return data[:at] + bytes([value]) + data[at:]
+    if how == 2:  # delete a byte
+        return data[:at] + data[at + 1 :]
+    if how == 3:  # cut short
+        return data[:at]
+    return data + bytes([value]) * (at % 4 + 1)  # trailing bytes
+
+
+@settings(max_examples=1500)
+@given(
+    small_adds,
+    st.lists(
+        st.tuples(st.integers(0, 4), st.integers(0, 2**16), st.integers(0, 255)),
+        min_size=1,
+        max_size=3,
+    ),
+)
+def test_a_mutated_add_is_declined_or_read_as_protobuf_reads_it(
+    data: bytes, mutations: list[tuple[int, int, int]]
+) -> None:
+    for how, at, value in mutations:
+        data = _mutate(data, how, at, value)
+    fast = _fast_add(data)
+    if fast is not None:
+        assert fast == _protobuf_add(data)
+
+
+@settings(max_examples=300)
+@given(canonical_adds, st.sampled_from(["context", "writeFlags", "read", "second header"]))
+def test_adds_with_more_than_the_canonical_fields_go_to_protobuf(data: bytes, extra: str) -> None:
+    req = m.Request.FromString(data)
+    if extra == "context":
+        req.requestContext.add(key="k", value="v")
+    elif extra == "writeFlags":
+        req.addRequest.writeFlags = 1
+    elif extra == "read":
+        req.readRequest.ledgerId = 1
+        req.readRequest.entryId = 2
+    out = req.SerializeToString()
+    if extra == "second header":  # protobuf merges a repeated message field
+        out += m.Request(header=req.header).SerializeToString()
+    assert _fast_add(out) is None
+    assert _protobuf_add(out) is not None
+
+
+def test_other_requests_are_not_adds() -> None:
+    for req in (
+        m.read_request(1, 2, 3),
+        m.read_lac_request(1, 2),
+        m.write_lac_request(1, 2, 5, b"k" * 20, b"x"),
+        m.write_close_request(1, 2, b"k" * 20),
+    ):
+        assert m.decode_add_request(req.SerializeToString()) is None
