@@ -2,6 +2,13 @@
 
 The checkpoint, the disk monitor and the writer's retention purge all need
 this; a failure of one run is logged and the next run still happens.
+
+Two schedules, as Java's ScheduledExecutorService has: a fixed delay
+between the end of one run and the start of the next (the default), or a
+fixed rate, a run every ``interval`` from the first whatever each one
+takes (BookKeeper's SyncThread checkpoints so). A fixed-rate run that
+overruns its slot is followed by the next one at once, never by a burst
+catching up on the slots it missed, and runs never overlap.
 """
 
 from __future__ import annotations
@@ -22,17 +29,26 @@ class PeriodicTask:
         name: str,
         *,
         run_first: bool = False,
+        fixed_rate: bool = False,
+        clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     ) -> None:
         self.interval = interval
         self.fn = fn
         self.name = name
         self.run_first = run_first
+        self.fixed_rate = fixed_rate
+        self._clock = clock  # default: the loop's clock (tests pass their own)
+        self._sleep = sleep
         self._task: asyncio.Task[None] | None = None
 
     async def _run(self) -> None:
-        if not self.run_first:
-            await asyncio.sleep(self.interval)
+        now = self._clock or asyncio.get_running_loop().time
+        due = now() + (0.0 if self.run_first else self.interval)
         while True:
+            delay = due - now()
+            if delay > 0:
+                await self._sleep(delay)
             try:
                 result = self.fn()
                 if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
@@ -41,7 +57,8 @@ class PeriodicTask:
                 raise
             except Exception as e:
                 log.error("%s failed: %s", self.name, e, exc_info=log.isEnabledFor(logging.DEBUG))
-            await asyncio.sleep(self.interval)
+            # Fixed rate: the slot after this run's own, or now if it overran.
+            due = max(due + self.interval, now()) if self.fixed_rate else now() + self.interval
 
     def start(self) -> None:
         if self._task is None:

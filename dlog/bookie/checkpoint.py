@@ -47,7 +47,10 @@ class Checkpointer:
         self.ledger_dirs = ledger_dirs
         self.interval = interval_ms / 1000.0
         self._lock = asyncio.Lock()
-        self._periodic = PeriodicTask(self.interval, self.checkpoint, "checkpoint")
+        # Every flushInterval from the first, not flushInterval after the last
+        # one ends (BookKeeper's SyncThread runs at a fixed rate): a paced
+        # checkpoint taking seconds must not stretch the period.
+        self._periodic = PeriodicTask(self.interval, self.checkpoint, "checkpoint", fixed_rate=True)
         self.checkpoints = 0
         self.last_duration = 0.0
         self.last_marks: list[jf.LogMark] = []
