@@ -15,7 +15,7 @@ from pathlib import Path
 from rocksdict import WriteBatch, WriteOptions
 
 from dlog.bookie import fileio
-from dlog.bookie.rocksdb import io_errors, open_db
+from dlog.bookie.rocksdb import io_errors, open_db, sync_wal
 
 _KEY = struct.Struct(">qq")
 _VALUE = struct.Struct(">q")
@@ -102,7 +102,7 @@ class EntryLocationIndex:
                 fileio.check("index.write")
                 self._db.write(wb, self._nosync)
             fileio.check("index.sync")
-            self._db.flush_wal(True)
+            sync_wal(self._db, self.path)
 
     def delete_ledger(self, ledger_id: int) -> None:
         with io_errors(f"location index {self.path}"):
@@ -111,7 +111,7 @@ class EntryLocationIndex:
     def sync(self) -> None:
         """Make every write so far durable (sync the WAL)."""
         with io_errors(f"location index {self.path}"):
-            self._db.flush_wal(True)
+            sync_wal(self._db, self.path)
 
     def close(self) -> None:
         self._db.close()

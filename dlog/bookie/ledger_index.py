@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import cast
 
 from dlog.bookie import fileio
-from dlog.bookie.rocksdb import io_errors, open_db
+from dlog.bookie.rocksdb import io_errors, open_db, sync_wal
 from dlog.protocol.db_ledger_storage_pb2 import LedgerData
 
 _KEY = struct.Struct(">q")
@@ -139,7 +139,7 @@ class LedgerIndex:
     def flush(self) -> None:
         with io_errors(f"ledger index {self.path}"):
             fileio.check("ledger_index.sync")
-            self._db.flush_wal(True)
+            sync_wal(self._db, self.path)
 
     def close(self) -> None:
         self._db.close()
