@@ -15,22 +15,11 @@ The groups a batch holds go to the file in writes of at most
 ``journalWriteBufferSizeKB``, as BookKeeper's journal fills its write buffer
 and writes it out when full: many small groups share one write, and one big
 group is cut into buffer-sized writes.
-
-Preallocation (``journalPreAllocSizeMB`` steps) writes zeros, synced, a step
-ahead of the records, on a helper thread. ``posix_fallocate`` would be
-cheaper to make but dearer to use: its extents are "unwritten", so every
-record written into one changes the file's extent tree, and each fdatasync
-then waits for a filesystem-journal commit, which on ext4 (ordered data)
-waits in turn for the entry logs' writeback on the same disk. Over zeroed
-blocks an fdatasync writes only the records. ``posix_fallocate`` remains
-the fallback: for a new file's first step, and when the helper falls
-behind or fails.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import dataclasses
 import errno
 import logging
@@ -95,27 +84,6 @@ class _Group:
 
 IOV_MAX = fileio.IOV_MAX
 
-#: Zeros are written this much at a time, each piece's writeback awaited, so
-#: a journal fdatasync never finds more than this of them still dirty.
-_ZERO_PIECE = 1 << 20
-_ZEROS = bytes(_ZERO_PIECE)
-
-
-def _zero_fill(fd: int, start: int, end: int) -> int:
-    """Helper thread: write zeros over ``[start, end)`` of the file ``fd``
-    (a duplicate it closes), sync them, and return ``end``."""
-    try:
-        offset = start
-        while offset < end:
-            n = min(_ZERO_PIECE, end - offset)
-            fileio.pwrite(fd, _ZEROS[:n], offset, "journal.prealloc")
-            fileio.writeback(fd, offset, n, "journal.prealloc", wait=True)
-            offset += n
-        fileio.fdatasync(fd, "journal.prealloc")
-        return end
-    finally:
-        os.close(fd)
-
 
 class Journal:
     """One journal directory with its writer thread."""
@@ -161,9 +129,7 @@ class Journal:
         self._fd = -1
         self._file_id = 0
         self._offset = 0
-        self._allocated = 0  # the file's bytes ready for records (zeroed or fallocated)
-        self._zeroer: concurrent.futures.ThreadPoolExecutor | None = None
-        self._fill: concurrent.futures.Future[int] | None = None  # zeroing the next step
+        self._allocated = 0
         self._failed: OSError | None = None
         self._reopen = False  # open a new file before the next write
         self._drained: list[asyncio.Future[None]] = []
@@ -207,9 +173,6 @@ class Journal:
         """Open a fresh journal file and start the journal thread."""
         self._loop = asyncio.get_running_loop()
         ids = jf.list_journal_ids(self.directory)
-        self._zeroer = concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix=f"journal-prealloc-{self.directory}"
-        )
         self._open_file((ids[-1] + 1) if ids else 1)
         self.last_synced_mark = max(self.last_synced_mark, jf.LogMark(self._file_id, self._offset))
         self._thread = threading.Thread(
@@ -225,11 +188,6 @@ class Journal:
         self._queue.put(_STOP)
         await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
         self._thread = None
-        if self._zeroer is not None:
-            self._zeroer.shutdown(
-                wait=False, cancel_futures=True
-            )  # a fill under way finishes alone
-            self._zeroer = None
         if self._fd >= 0:
             try:
                 os.fsync(self._fd)
@@ -459,36 +417,17 @@ class Journal:
         self.stats.writes += (len(parts) + IOV_MAX - 1) // IOV_MAX
 
     def _ensure_space(self, n: int) -> None:
-        """Journal thread: room for ``n`` more bytes at the offset, and the
-        next step being zeroed ahead (see the module docstring). Records are
-        only ever written below ``_allocated``, and a fill only above it, so
-        the two never write the same bytes."""
         need = self._offset + n
-        fill = self._fill
-        if fill is not None and (fill.done() or need > self._allocated):
-            self._fill = None
-            try:
-                self._allocated = max(self._allocated, fill.result())  # waits if need be
-            except (OSError, concurrent.futures.CancelledError) as e:
-                log.warning(
-                    "journal %s: zeroing ahead failed (%s); preallocating", self.directory, e
-                )
-        if need > self._allocated:
-            grow = max(self._prealloc, need - self._allocated)
-            try:
-                os.posix_fallocate(self._fd, self._allocated, grow)
-                self._allocated += grow
-            except OSError as e:
-                if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-                    raise
-                # The filesystem cannot preallocate; plain writes still work.
-        end = min(self._allocated + self._prealloc, self._max_size)
-        if self._fill is None and self._zeroer is not None and need <= self._allocated < end:
-            fd = os.dup(self._fd)  # the fill's own: a roll may close ours meanwhile
-            try:
-                self._fill = self._zeroer.submit(_zero_fill, fd, self._allocated, end)
-            except RuntimeError:  # shutting down
-                os.close(fd)
+        if need <= self._allocated:
+            return
+        grow = max(self._prealloc, need - self._allocated)
+        try:
+            os.posix_fallocate(self._fd, self._allocated, grow)
+        except OSError as e:
+            if e.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+                return  # filesystem cannot preallocate; plain writes still work
+            raise
+        self._allocated += grow
 
     def _open_file(self, journal_id: int) -> None:
         path = self.directory / jf.journal_file_name(journal_id)
@@ -496,7 +435,6 @@ class Journal:
         try:
             header = jf.header_bytes()
             self._fd, self._allocated = fd, 0
-            self._fill = None  # a fill of the previous file completes on its own
             self._offset = 0
             self._ensure_space(len(header))
             fileio.pwrite(fd, header, 0, "journal.write")

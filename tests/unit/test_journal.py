@@ -584,9 +584,7 @@ async def test_gc_with_zero_backups(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "what",
-    [("pwrite", "pwritev"), ("fdatasync",), ("posix_fallocate", "_zero_fill")],
-    ids=str,
+    "what", [("pwrite", "pwritev"), ("fdatasync",), ("posix_fallocate",)], ids=str
 )
 async def test_io_failure_reports_eio_and_never_eok_after(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: tuple[str, ...]
@@ -606,17 +604,15 @@ async def test_io_failure_reports_eio_and_never_eok_after(
         return call
 
     for name in what:
-        where = journal_mod if name == "_zero_fill" else journal_mod.os
-        monkeypatch.setattr(where, name, failing(getattr(where, name)))
+        monkeypatch.setattr(journal_mod.os, name, failing(getattr(journal_mod.os, name)))
     try:
         await _log_all(j, [record(1, 0, b"before")])
         armed = True
         c = Collector()
-        # Big enough to need more space than was made ready (1 MiB steps:
-        # the first, and the second, zeroed ahead before the failure).
-        for i in range(1, 7):
+        # Big enough to need more preallocated space (1 MiB steps).
+        for i in range(1, 4):
             j.log(record(1, i, b"z" * 600 * 1024), c.callback())
-        assert await c.wait() == [EIO] * 6
+        assert await c.wait() == [EIO] * 3
         assert j.failed is not None and j.failed.errno == errno.ENOSPC
         await asyncio.sleep(0)
         assert errors and errors[0].errno == errno.ENOSPC
@@ -714,85 +710,3 @@ def test_replay_of_an_empty_journal_reports_nothing(
     with caplog.at_level("ERROR", logger="dlog.bookie.journal"):
         assert list(Journal(d, jconf(tmp_path)).replay_records(jf.LogMark())) == []
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
-
-
-class FillSpy:
-    """Records the ranges the journal zeroes ahead, and its fallocates."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, fail: bool = False) -> None:
-        self.fills: list[tuple[int, int]] = []
-        self.fallocates: list[tuple[int, int]] = []
-        real_fill, real_fallocate = journal_mod._zero_fill, journal_mod.os.posix_fallocate
-
-        def fill(fd: int, start: int, end: int) -> int:
-            self.fills.append((start, end))
-            if fail:
-                os.close(fd)
-                raise OSError(errno.EIO, "zeroing failed")
-            return real_fill(fd, start, end)
-
-        def fallocate(fd: int, offset: int, length: int) -> None:
-            self.fallocates.append((offset, length))
-            real_fallocate(fd, offset, length)
-
-        monkeypatch.setattr(journal_mod, "_zero_fill", fill)
-        monkeypatch.setattr(journal_mod.os, "posix_fallocate", fallocate)
-
-
-async def test_preallocation_zeroes_the_next_step_ahead(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Only a new file's first step is fallocated; every later one is zeroed
-    (written, synced) ahead, so fdatasyncs never convert unwritten extents."""
-    spy = FillSpy(monkeypatch)
-    d = jdir(tmp_path)
-    j = Journal(d, jconf(tmp_path))
-    j.start()
-    try:
-        recs = [record(1, i, os.urandom(1000 + (i * 7919) % 60_000)) for i in range(150)]
-        await _log_all(j, recs)  # about 4.6 MiB: five 1 MiB steps
-    finally:
-        await j.close()
-    step = 1024 * 1024
-    assert spy.fallocates == [(0, step)]
-    assert spy.fills[:4] == [(k * step, (k + 1) * step) for k in range(1, 5)]
-    size = (d / jf.journal_file_name(1)).stat().st_size
-    assert size >= 5 * step
-    assert all_records(d) == recs  # no record was zeroed over
-
-
-async def test_preallocation_falls_back_to_fallocate_when_zeroing_fails(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    spy = FillSpy(monkeypatch, fail=True)
-    d = jdir(tmp_path)
-    j = Journal(d, jconf(tmp_path))
-    j.start()
-    try:
-        recs = [record(1, i, os.urandom(50_000)) for i in range(80)]  # about 3.8 MiB
-        await _log_all(j, recs)
-        assert j.failed is None
-    finally:
-        await j.close()
-    assert spy.fills and len(spy.fallocates) >= 4
-    assert all_records(d) == recs
-
-
-async def test_preallocation_stops_at_the_journal_size_limit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    spy = FillSpy(monkeypatch)
-    d = jdir(tmp_path)
-    j = Journal(d, jconf(tmp_path, journalMaxSizeMB=2))
-    j.start()
-    try:
-        recs = [record(1, i, os.urandom(40_000)) for i in range(150)]  # about 5.7 MiB
-        await _log_all(j, recs)
-    finally:
-        await j.close()
-    limit = 2 * 1024 * 1024
-    assert all(end <= limit for _, end in spy.fills)
-    assert len(jf.list_journal_ids(d)) >= 3
-    for jid in jf.list_journal_ids(d):
-        assert (d / jf.journal_file_name(jid)).stat().st_size <= limit + 64 * 1024
-    assert all_records(d) == recs
