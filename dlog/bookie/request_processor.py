@@ -119,15 +119,7 @@ class RequestProcessor:
 
     def handle(self, req: Request | m.AddFrame, conn: Responder) -> None:
         if type(req) is m.AddFrame:
-            self._add(
-                req.txn_id,
-                req.ledger_id,
-                req.entry_id,
-                req.master_key,
-                req.body,
-                req.recovery,
-                conn,
-            )
+            self._add(req, conn)
             return
         assert isinstance(req, Request)
         problem = m.request_problem(req)
@@ -141,16 +133,7 @@ class RequestProcessor:
         op = req.header.operation
         try:
             if op == m.ADD_ENTRY:
-                ar = req.addRequest
-                self._add(
-                    req.header.txnId,
-                    ar.ledgerId,
-                    ar.entryId,
-                    ar.masterKey,
-                    ar.body,
-                    ar.HasField("flag") and ar.flag == m.RECOVERY_ADD,
-                    conn,
-                )
+                self._add(m.add_frame(req), conn)
             elif op == m.READ_ENTRY:
                 self._read(req, conn)
             elif op == m.READ_LAC:
@@ -182,16 +165,8 @@ class RequestProcessor:
             conn.send(m.error_response(req, EIO))
 
     # -- operations -------------------------------------------------------------
-    def _add(
-        self,
-        txn: int,
-        lid: int,
-        eid: int,
-        master_key: bytes,
-        body: bytes,
-        recovery: bool,
-        conn: Responder,
-    ) -> None:
+    def _add(self, add: m.AddFrame, conn: Responder) -> None:
+        txn, lid, eid = add.txn_id, add.ledger_id, add.entry_id
         t0 = time.monotonic()
         latency = self.metrics.add_latency
         answered = False
@@ -214,7 +189,7 @@ class RequestProcessor:
         if n > self.max_adds_in_progress:
             self.max_adds_in_progress = n
         try:
-            self.bookie.add_entry(lid, eid, master_key, body, recovery, respond)
+            self.bookie.add_entry(lid, eid, add.master_key, add.body, add.recovery, respond)
         except Exception:
             log.exception("add of ledger %d entry %d failed", lid, eid)
             respond(EIO)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from rocksdict import AccessType, Options, Rdict, WriteOptions
 
+from dlog.bookie import fileio
+
 
 def open_db(path: Path, *, read_only: bool = False) -> Rdict:
     """Open (creating) a database; ``read_only`` writes nothing at all, so it
@@ -44,7 +46,7 @@ def sync_wal(db: Rdict, path: Path) -> None:
     last sync must stay reachable). A WAL that RocksDB deletes meanwhile is
     skipped: it deletes one only after the memtables it covered were
     written to table files and the MANIFEST, both synced. (Callers check
-    their failpoint first, as before a RocksDB write.)"""
+    their own failpoint first, as before a RocksDB write.)"""
     db.flush_wal(False)
     for name in sorted(os.listdir(path)):
         if not _WAL_NAME.match(name):
@@ -54,14 +56,10 @@ def sync_wal(db: Rdict, path: Path) -> None:
         except FileNotFoundError:
             continue
         try:
-            os.fdatasync(fd)
+            fileio.fdatasync(fd, "rocksdb.wal_sync")
         finally:
             os.close(fd)
-    dfd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    fileio.sync_dir(path, "rocksdb.wal_sync")
 
 
 def sync_write_options() -> WriteOptions:

@@ -6,6 +6,7 @@ what to send lives elsewhere.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import cast
 
@@ -411,33 +412,24 @@ def encode_add_request(
 # ---------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(slots=True)
 class AddFrame:
-    """An ADD_ENTRY request decoded by :func:`decode_add_request`; the fields
-    protobuf's ``Request`` would give, already checked complete."""
+    """An ADD_ENTRY request's fields, however it was decoded: by
+    :func:`decode_add_request`, or from protobuf by :func:`add_frame`."""
 
-    __slots__ = ("txn_id", "ledger_id", "entry_id", "master_key", "body", "recovery")
+    txn_id: int
+    ledger_id: int
+    entry_id: int
+    master_key: bytes = dataclasses.field(repr=False)
+    body: bytes = dataclasses.field(repr=False)
+    recovery: bool
 
-    def __init__(
-        self,
-        txn_id: int,
-        ledger_id: int,
-        entry_id: int,
-        master_key: bytes,
-        body: bytes,
-        recovery: bool,
-    ) -> None:
-        self.txn_id = txn_id
-        self.ledger_id = ledger_id
-        self.entry_id = entry_id
-        self.master_key = master_key
-        self.body = body
-        self.recovery = recovery
 
-    def __repr__(self) -> str:
-        return (
-            f"AddFrame(txn_id={self.txn_id}, ledger_id={self.ledger_id}, "
-            f"entry_id={self.entry_id}, body={len(self.body)} bytes, recovery={self.recovery})"
-        )
+def add_frame(req: pb.Request) -> AddFrame:
+    """The add in a protobuf-parsed ADD_ENTRY request."""
+    ar = req.addRequest
+    recovery = ar.HasField("flag") and ar.flag == RECOVERY_ADD
+    return AddFrame(req.header.txnId, ar.ledgerId, ar.entryId, ar.masterKey, ar.body, recovery)
 
 
 #: A varint of at most 10 bytes (group).
@@ -462,6 +454,8 @@ _ADD_REQUEST = re.compile(
     + _VARINT,
     re.DOTALL,
 )
+#: The body's tag and length: at most 5 bytes for any frame a bookie accepts.
+_BODY_LENGTH = re.compile(rb"\x22([\x80-\xff]{0,4}[\x00-\x7f])")
 #: The add's flag field (100) set to RECOVERY_ADD, after the body.
 _RECOVERY_FLAG = b"\xa0\x06" + bytes((RECOVERY_ADD,))
 _U64 = 1 << 64
@@ -510,23 +504,12 @@ def decode_add_request(data: bytes | memoryview) -> AddFrame | None:
     if entry_id >= _I64_LIMIT:
         entry_id -= _U64
     key_end = p + _varint_value(key_len)
-    if key_end >= n or data[key_end] != 0x22:
+    body = _BODY_LENGTH.match(data, key_end)
+    if body is None:
         return None
     key = bytes(data[p:key_end])
-    # The body's length: at most 5 bytes for any frame a bookie accepts.
-    p = key_end + 1
-    size = 0
-    shift = 0
-    while True:
-        if p >= n or shift > 28:
-            return None
-        b = data[p]
-        p += 1
-        size |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-    body_end = p + size
+    p = body.end()
+    body_end = p + _varint_value(body.group(1))
     if body_end == n:
         recovery = False
     elif body_end + 3 == n and data[body_end:] == _RECOVERY_FLAG:

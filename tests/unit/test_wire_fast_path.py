@@ -3,6 +3,8 @@ exactly the bytes protobuf's generated code gives for the same message."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -87,8 +89,14 @@ def _adds(bodies: st.SearchStrategy[bytes]) -> st.SearchStrategy[bytes]:
 
 
 small_adds = _adds(st.binary(max_size=300))
-#: Also bodies whose length takes a 3-byte varint.
-canonical_adds = st.one_of(small_adds, _adds(st.binary(min_size=20_000, max_size=20_001)))
+#: Also bodies whose length takes a 3- or 4-byte varint (built from a short
+#: random run: hypothesis cannot draw binaries this long itself).
+big_bodies = st.builds(
+    lambda run, size: (run * (size // len(run) + 1))[:size],
+    st.binary(min_size=1, max_size=16),
+    st.sampled_from([16_384, 20_001, (1 << 21) + 5]),
+)
+canonical_adds = st.one_of(small_adds, _adds(big_bodies))
 
 
 @settings(max_examples=400)
@@ -98,6 +106,21 @@ def test_adds_as_protobuf_writes_them_are_decoded_without_it(data: bytes) -> Non
     assert expected is not None
     assert _fast_add(data) == expected
     assert _fast_add(memoryview(bytearray(data))) == expected  # as frames arrive
+
+
+@settings(max_examples=200)
+@given(small_adds, st.booleans())
+def test_adds_protobuf_parsed_give_the_same_frame(data: bytes, with_context: bool) -> None:
+    """The bookie's protobuf path (adds the fast path declines, such as
+    ones with a request context) builds its AddFrame with add_frame."""
+    req = m.Request.FromString(data)
+    if with_context:
+        req.requestContext.add(key="k", value="v")
+        data = req.SerializeToString()
+        assert m.decode_add_request(data) is None
+    expected = _protobuf_add(data)
+    assert expected is not None
+    assert dataclasses.astuple(m.add_frame(m.Request.FromString(data))) == expected
 
 
 @settings(max_examples=300)
