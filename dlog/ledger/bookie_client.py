@@ -125,9 +125,9 @@ class BookieClient:
         self._proto = proto
 
     async def close(self) -> None:
+        self._flush()  # what was sent goes out before the close
         self.closed = True
         if self._proto is not None and self._proto.transport is not None:
-            self._flush()
             self._proto.transport.close()
         self._fail_all(BookieHandleNotAvailableError(f"connection to bookie {self.address} closed"))
 
@@ -157,9 +157,14 @@ class BookieClient:
 
     def _flush(self) -> None:
         self._flush_handle = None
-        if self._out and self._proto is not None and self._proto.transport is not None:
-            out, self._out = self._out, []
-            self._proto.transport.write(b"".join(out))
+        if not self._out:
+            return
+        out, self._out = self._out, []
+        transport = self._proto.transport if self._proto is not None else None
+        # A pass queued before the connection was lost finds the transport
+        # closed (uvloop raises on a write then); its requests have failed.
+        if transport is not None and not self.closed and not transport.is_closing():
+            transport.write(b"".join(out))
 
     def _expire(self, txn: int) -> None:
         entry = self._pending.pop(txn, None)

@@ -20,6 +20,9 @@ class _Transport:
     def write(self, data: bytes) -> None:
         self.writes.append(data)
 
+    def is_closing(self) -> bool:
+        return False
+
 
 def connected_client(address: str) -> tuple[BookieClient, _Transport]:
     client = BookieClient(address)
