@@ -19,6 +19,7 @@ from typing import Any, Self
 
 from dlog.conf.bookie import BookieConfig
 from dlog.sandbox.zookeeper import free_port, pid_alive, stop_pid
+from dlog.uri import parse_metadata_service_uri
 
 
 class BookieLaunchError(RuntimeError):
@@ -104,6 +105,47 @@ def wait_serving(
     )
 
 
+async def wait_registered(
+    hosts: str, ledgers_root: str, started: dict[str, float], timeout: float
+) -> None:
+    """Wait until each bookie in ``started`` (bookie id -> the wall-clock
+    time its process started) is registered in ZooKeeper, writable or
+    read-only, by a node created since then.
+
+    A bookie killed with SIGKILL leaves its registration behind until its
+    ZooKeeper session expires, and the restarted process registers only
+    after that. A node that merely exists may be the dead one's; its
+    creation time tells them apart (ZooKeeper and the sandbox share a clock).
+    """
+    from dlog.zk import ZooKeeper
+
+    zk = ZooKeeper(hosts)
+    await zk.start()
+    try:
+        deadline = time.monotonic() + timeout
+        waiting = dict(started)
+        while True:
+            for bookie_id, since in list(waiting.items()):
+                for path in (
+                    f"{ledgers_root}/available/{bookie_id}",
+                    f"{ledgers_root}/available/readonly/{bookie_id}",
+                ):
+                    stat = await zk.exists(path)
+                    if stat is not None and stat.created >= since:
+                        del waiting[bookie_id]
+                        break
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                raise BookieLaunchError(
+                    f"bookies {', '.join(sorted(waiting))} did not register in ZooKeeper "
+                    f"within {timeout}s"
+                )
+            await asyncio.sleep(0.1)
+    finally:
+        await zk.stop()
+
+
 def _tail(path: Path | None, lines: int = 30) -> str:
     if path is None:
         return ""
@@ -135,6 +177,8 @@ class BookieProcess:
         self.overrides = overrides
         self.process: subprocess.Popen[bytes] | None = None
         self.pid: int | None = None
+        #: Wall-clock time the current process was started.
+        self.started_at = 0.0
         self.conf = bookie_config(
             self.base_dir,
             port=self.port,
@@ -158,6 +202,8 @@ class BookieProcess:
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
         env.update(self.env)
+        # A millisecond back: ZooKeeper stamps nodes in whole milliseconds.
+        self.started_at = time.time() - 0.001
         self.process = subprocess.Popen(
             [sys.executable, "-m", "dlog", "bookie", "--conf", str(self.conf_path)],
             stdout=log,
@@ -205,8 +251,20 @@ class BookieProcess:
         return None
 
     def restart(self, timeout: float = 60.0) -> Self:
+        """Stop (if running) and start again; returns once the bookie serves
+        and is registered, so clients can choose it again. After a SIGKILL
+        that takes until the dead process's ZooKeeper session expires."""
         self.stop()
-        return self.start(timeout)
+        self.start(timeout)
+        self.wait_registered(timeout)
+        return self
+
+    def wait_registered(self, timeout: float = 60.0) -> None:
+        """Wait until this process (not a killed predecessor) is registered."""
+        uri = parse_metadata_service_uri(self.metadata_service_uri)
+        asyncio.run(
+            wait_registered(uri.hosts, uri.ledgers_root, {self.bookie_id: self.started_at}, timeout)
+        )
 
     def is_running(self) -> bool:
         if self.process is not None:

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any, Self
 
-from dlog.sandbox.bookies import BookieProcess, wait_serving
+from dlog.sandbox.bookies import BookieProcess, wait_registered, wait_serving
 from dlog.sandbox.zookeeper import ZooKeeperServer, free_port
 
 __all__ = [
@@ -488,7 +488,7 @@ class Sandbox:
             self.save()
             for b, bp in zip(self.bookies, launched, strict=True):
                 wait_serving(b.host, b.port, timeout, b.process, bp.log_path)
-            asyncio.run(self._wait_registered(self.bookie_ids, timeout))
+            self._wait_registered(launched, timeout)
             for p in self.proxies:
                 self._launch_proxy(p, detach=detach)
             self.save()
@@ -572,29 +572,15 @@ class Sandbox:
                 f"not to this sandbox's {self.metadata_service_uri}"
             )
 
-    async def _wait_registered(self, bookie_ids: list[str], timeout: float) -> None:
-        from dlog.zk import NoNodeError, ZooKeeper
-
-        zk = ZooKeeper(self.zk_connect_string)
-        await zk.start()
-        try:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    children = set(await zk.get_children(f"{self.ledgers_root}/available"))
-                except NoNodeError:
-                    children = set()
-                missing = [b for b in bookie_ids if b not in children]
-                if not missing:
-                    return
-                if time.monotonic() > deadline:
-                    raise SandboxError(
-                        f"bookies {', '.join(missing)} did not register in ZooKeeper "
-                        f"within {timeout}s"
-                    )
-                await asyncio.sleep(0.1)
-        finally:
-            await zk.stop()
+    def _wait_registered(self, launched: list[BookieProcess], timeout: float) -> None:
+        asyncio.run(
+            wait_registered(
+                self.zk_connect_string,
+                self.ledgers_root,
+                {bp.bookie_id: bp.started_at for bp in launched},
+                timeout,
+            )
+        )
 
     # -- stop and restart ---------------------------------------------------------
     def stop(self, timeout: float = 30.0) -> bool:
@@ -647,7 +633,7 @@ class Sandbox:
             bp = self._launch_bookie(b, detach=self.detached if detach is None else detach)
             self.save()
             wait_serving(b.host, b.port, timeout, b.process, bp.log_path)
-            asyncio.run(self._wait_registered([b.address], timeout))
+            self._wait_registered([bp], timeout)
         except BaseException:
             self.save()
             raise

@@ -181,3 +181,34 @@ def test_sigterm_stops_a_bookie_whose_zookeeper_is_gone(tmp_path: Path) -> None:
     assert code == 0, log[-2000:]
     assert "could not unregister from ZooKeeper" in log
     assert f"bookie {bookie.bookie_id} stopped" in log, log[-2000:]
+
+
+def test_restart_after_kill_9_returns_once_the_new_process_is_registered(
+    tmp_path: Path, ledgers_uri: str, zk_server, zk_root: str
+) -> None:
+    """A killed bookie's registration outlives it until its session expires;
+    ``restart`` must not take that stale node for the new process's, or a
+    test (or ``dlog sandbox``) goes on with the bookie still unregistered."""
+    bookie = BookieProcess(tmp_path / "bookie", ledgers_uri).start()
+    path = f"{zk_root}/ledgers/available/{bookie.bookie_id}"
+
+    async def stat():  # type: ignore[no-untyped-def]
+        zk = ZooKeeper(zk_server.connect_string)
+        await zk.start()
+        try:
+            return await zk.exists(path)
+        finally:
+            await zk.stop()
+
+    try:
+        bookie.wait_registered()
+        old = asyncio.run(stat())
+        assert old is not None
+        bookie.kill()
+        bookie.restart()
+        new = asyncio.run(stat())
+        assert new is not None, "restart returned with the bookie unregistered"
+        assert new.czxid != old.czxid, "restart returned while the killed process's node stood"
+        assert new.ephemeralOwner != old.ephemeralOwner
+    finally:
+        bookie.stop()
