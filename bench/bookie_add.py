@@ -18,7 +18,12 @@ worst one-second p99, the bookie's own per-stage journal percentiles
 (queue, write, fsync, callback; bucket resolution) and event-loop lag, the
 load generator's own share (how late it sent each add, and its CPU per
 add: it runs on the same two cores), and the bookie's peak RSS beside its
-cache limits.
+cache limits. After each layout, the device bound
+(``device_bound_group_commit``): the same rate for the same window on the
+journal's disk with no bookie, an ideal group commit in a plain loop
+(write what has arrived, fdatasync, again), with each add's latency from
+its arrival. The half-load percentiles are printed against it: when the
+disk itself stalls an fdatasync for 100 ms, no journal can keep p99 lower.
 
 Then the memory bound: a bookie with small caches (64 MiB write, 32 MiB
 read-ahead) takes full load until its write cache has filled many times,
@@ -94,6 +99,59 @@ def raw_fsync_baseline(directory: Path, seconds: float) -> dict[str, float]:
     return {
         "write_fdatasync_1k_per_s": round(small_rate),
         "write_fdatasync_512k_mb_per_s": round(big_mb, 1),
+    }
+
+
+def group_commit_baseline(
+    directory: Path, rate: float, seconds: float, record_bytes: int, prealloc_bytes: int
+) -> dict[str, Any]:
+    """What the disk allows a journal at an add rate, without a bookie.
+
+    Adds arrive at ``rate`` (virtually, by the clock); a plain loop writes
+    every record that has arrived in one write, fdatasyncs it, and goes
+    again at once (an ideal group commit: no queue, no other work, space
+    preallocated as the journal does). An add's latency runs from its
+    arrival to the end of the fdatasync that covers it. No bookie can do
+    better on this disk at this rate: its percentiles are the bound for the
+    half-load ones, and a stall of the device shows up here as there."""
+    path = directory / "group-commit-baseline.dat"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    zeros = memoryview(bytes(record_bytes * int(rate)))  # up to one second of records
+    latencies: list[float] = []
+    syncs: list[float] = []
+    allocated = offset = done = 0
+    try:
+        t0 = time.monotonic()
+        while True:
+            now = time.monotonic()
+            if now - t0 >= seconds:
+                break
+            due = min(int((now - t0) * rate) + 1, done + int(rate))
+            if due <= done:
+                time.sleep(0.0002)
+                continue
+            size = (due - done) * record_bytes
+            if offset + size > allocated:
+                os.posix_fallocate(fd, allocated, prealloc_bytes)
+                allocated += prealloc_bytes
+            os.pwrite(fd, zeros[:size], offset)
+            s0 = time.monotonic()
+            os.fdatasync(fd)
+            end = time.monotonic()
+            syncs.append(end - s0)
+            offset += size
+            latencies += [end - (t0 + k / rate) for k in range(done, due)]
+            done = due
+    finally:
+        os.close(fd)
+        path.unlink()
+    return {
+        "adds_per_s": round(rate),
+        "seconds": seconds,
+        **percentiles(latencies),
+        "fdatasyncs": len(syncs),
+        "fdatasync_max_ms": round(max(syncs, default=0.0) * 1000, 1),
+        "fdatasyncs_over_25ms": sum(x > 0.025 for x in syncs),
     }
 
 
@@ -442,6 +500,19 @@ def run_layout(
         peak = rss_mb(bookie.pid, "VmHWM")
     finally:
         bookie.stop()
+    # The same half-load rate and window on the journal's disk, without a
+    # bookie (one journal record: a 4-byte length and the entry).
+    half = result["half_load"]
+    device = group_commit_baseline(
+        Path(bookie.conf.journal_directories[0]),
+        half["target_adds_per_s"],
+        half_seconds,
+        4 + ENTRY_SIZE,
+        bookie.conf.journal_pre_alloc_size_mb * 2**20,
+    )
+    half["device_bound_group_commit"] = device
+    half["p99_vs_device_bound"] = round(half["p99_ms"] / device["p99_ms"], 1)
+    half["p999_vs_device_bound"] = round(half["p999_ms"] / device["p999_ms"], 1)
     caches = (bookie.conf.write_cache_bytes + bookie.conf.read_cache_bytes) / 2**20
     return {
         "journal_device": os.stat(base).st_dev,
