@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from typing import Any, TypeVar
@@ -226,16 +227,39 @@ class ZooKeeper:
     async def start(self, timeout: float = 15.0, *, setting: str | None = None) -> None:
         """Connect, waiting up to ``timeout`` seconds; ``setting`` names the
         configuration key that chose it, so the error says what to change."""
-        self._loop = asyncio.get_running_loop()
-        try:
-            await self.loop.run_in_executor(None, lambda: self.client.start(timeout=timeout))
-        except KazooTimeoutError:
+        loop = self._loop = asyncio.get_running_loop()
+        done: asyncio.Future[BaseException | None] = loop.create_future()
+
+        def connect() -> None:
+            error: BaseException | None = None
+            try:
+                self.client.start(timeout=timeout)
+            except BaseException as e:
+                error = e
+
+            def deliver() -> None:
+                if not done.done():
+                    done.set_result(error)
+
+            try:
+                loop.call_soon_threadsafe(deliver)
+            except RuntimeError:
+                pass  # the loop is gone: nobody waits any more
+
+        # A daemon thread, not the loop's executor: whoever gives up waiting
+        # (a bookie told to stop while ZooKeeper is out of reach) must not
+        # then wait out the timeout when the loop shuts its executor down.
+        threading.Thread(target=connect, name="zk-connect", daemon=True).start()
+        error = await done
+        if isinstance(error, KazooTimeoutError):
             which = f" ({setting})" if setting else ""
             raise ZooKeeperError(
                 f"could not connect to ZooKeeper at {self.hosts} within {timeout:g} s{which}"
             ) from None
-        except kz.KazooException as e:
-            raise translate(e, f"connect to {self.hosts}") from e
+        if isinstance(error, kz.KazooException):
+            raise translate(error, f"connect to {self.hosts}") from error
+        if error is not None:
+            raise error
 
     async def stop(self) -> None:
         def _stop() -> None:

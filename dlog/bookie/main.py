@@ -92,7 +92,24 @@ async def serve(conf: BookieConfig) -> int:
             conf.prometheus_stats_http_address,
             conf.prometheus_stats_http_port,
         )
-    await service.start()
+    waiter = loop.create_task(stop.wait())
+    starting = loop.create_task(service.start())
+    await asyncio.wait({starting, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        # A signal during start-up (a long journal replay, ZooKeeper out of
+        # reach, a killed predecessor's registration not yet expired): stop
+        # now, not once start-up ends, which may be never.
+        log.info("shutting down (signal) during start-up")
+        starting.cancel()
+        try:
+            await starting
+        except asyncio.CancelledError:
+            pass
+        except Exception as e:
+            log.warning("start-up ended with an error as it was stopped: %s", e)
+        await service.stop()
+        return 0
+    starting.result()  # start-up errors end the process
     recovery = None
     if conf.auto_recovery_daemon_enabled:
         from dlog.autorecovery.service import AutoRecovery
@@ -127,7 +144,6 @@ async def serve(conf: BookieConfig) -> int:
 
     gauge_task = loop.create_task(gauges())
     stopped = loop.create_task(service.wait_stopped())
-    waiter = loop.create_task(stop.wait())
     await asyncio.wait({stopped, waiter}, return_when=asyncio.FIRST_COMPLETED)
     gauge_task.cancel()
     if recovery is not None:

@@ -5,6 +5,7 @@ a storage flush, between flush and lastMark, or after a checkpoint."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from pathlib import Path
 
@@ -212,3 +213,36 @@ def test_restart_after_kill_9_returns_once_the_new_process_is_registered(
         assert new.ephemeralOwner != old.ephemeralOwner
     finally:
         bookie.stop()
+
+
+def catches_sigterm(pid: int) -> bool:
+    """Whether the process has a handler for SIGTERM (SigCgt in /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    return False
+
+
+def test_sigterm_during_start_up_stops_the_bookie_at_once(tmp_path: Path) -> None:
+    """A bookie still starting (here: ZooKeeper out of reach, so it waits up
+    to its 15 s connect timeout) stops on SIGTERM at once and cleanly, not
+    once start-up is over. Before, the signal was only seen after start-up."""
+    from dlog.sandbox.zookeeper import free_port
+
+    bookie = BookieProcess(
+        tmp_path / "b", f"zk+hierarchical://127.0.0.1:{free_port()}/ledgers"
+    ).start(wait=False)
+    assert bookie.process is not None
+    try:
+        deadline = time.monotonic() + 30
+        while not catches_sigterm(bookie.process.pid):  # its handler is in place
+            assert bookie.process.poll() is None, bookie.log_tail()
+            assert time.monotonic() < deadline, "the bookie never got to start-up"
+            time.sleep(0.05)
+        time.sleep(0.5)  # well into start-up: connecting to ZooKeeper
+        bookie.process.terminate()
+        code = bookie.process.wait(timeout=8)
+        assert code == 0, bookie.log_tail()
+        assert "shutting down (signal) during start-up" in bookie.log_tail()
+    finally:
+        bookie.kill()
