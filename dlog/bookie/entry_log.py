@@ -487,6 +487,13 @@ class EntryLogger:
                 f"entry log {log_id:x} at {pos}: expected ledger {ledger_id} entry {entry_id}, "
                 f"found ledger {lid} entry {eid} (size {size})"
             )
+        end = os.fstat(fd).st_size
+        if pos + size > end:
+            # Before the read: a corrupted size would have it allocate up to 2 GiB.
+            raise CorruptedFileError(
+                f"entry log {log_id:x} at {pos}: ledger {lid} entry {eid} of {size} bytes "
+                f"would end past the end of the file ({end} bytes)"
+            )
         data = os.pread(fd, size, pos)
         if len(data) != size:
             raise CorruptedFileError(f"entry log {log_id:x}: entry at {pos} is truncated")

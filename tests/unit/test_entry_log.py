@@ -629,3 +629,26 @@ def test_write_close_never_waits_for_a_flush(tmp_path: Path) -> None:
     mgr.checkpoint()
     assert mgr.active_logs() == []  # the hint rotated ledger 7's log
     mgr.close()
+
+
+def test_a_corrupted_size_is_caught_before_reading(tmp_path: Path) -> None:
+    """The size field before an entry is read from disk: a corrupted one (up
+    to 2 GiB) must be judged against the file before a buffer that large is
+    allocated for the read."""
+    import tracemalloc
+
+    logger, f, locs, datas = _logger_with_entries(tmp_path, [(4, 0), (4, 1)])
+    _, off = split_location(locs[(4, 1)])
+    with open(f.path, "r+b") as fh:
+        fh.seek(off - 4)
+        fh.write(struct.pack(">i", 0x7FFF_FFF0))
+    tracemalloc.start()
+    try:
+        with pytest.raises(CorruptedFileError, match="past the end"):
+            logger.read_entry(locs[(4, 1)], 4, 1)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20
+    assert logger.read_entry(locs[(4, 0)], 4, 0) == datas[(4, 0)]
+    logger.close()
