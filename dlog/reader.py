@@ -101,6 +101,10 @@ class _ReadAhead:
         self.records += len(records)
         self._wake(self._readable)
 
+    def wake(self) -> None:
+        """End every wait now, with or without something to take (close)."""
+        self._wake(self._readable)
+
     async def put_last(self, item: object) -> None:
         """Cache the end or the error read-ahead stopped with."""
         self._items.append(item)
@@ -234,7 +238,10 @@ class LogReader:
             if self._idle_error is not None:
                 left = max(0.0, self._idle_since() + self._idle_error - time.monotonic())
                 wait = left if timeout is None else min(timeout, left)
-            if not await cache.wait(wait):
+            got = await cache.wait(wait)
+            if self._closed:  # closed while waiting
+                raise ReadCancelledError(f"reader of stream {self.name!r} is closed")
+            if not got:
                 self._check_idle()
                 self._check_idle_error()
                 if timeout is None:
@@ -308,6 +315,7 @@ class LogReader:
 
     async def close(self) -> None:
         self._closed = True
+        self._cache.wake()  # reads waiting for records end with ReadCancelledError
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -229,3 +229,25 @@ async def test_txids_must_not_decrease_and_names_are_validated(namespace) -> Non
     strict = await namespace(createStreamIfNotExists=False)
     with pytest.raises(LogNotFoundError):
         await strict.open_log("nope")
+
+
+async def test_close_ends_a_read_waiting_without_a_timeout(namespace) -> None:
+    """A read waiting (no timeout) for records that do not come ends with
+    ReadCancelledError when the reader is closed, as a Kafka consumer's poll
+    ends on wakeup; before, it waited for ever."""
+    from dlog.errors import ReadCancelledError
+
+    ns = await namespace()
+    lm = await ns.open_log("close-wakes")
+    writer = await lm.open_writer()
+    await writer.write(LogRecord(1, b"one"))
+    reader = await lm.open_reader(from_dlsn=DLSN.INITIAL)
+    assert [r.payload for r in await reader.read_bulk(10, timeout=10)] == [b"one"]
+    waiting = asyncio.create_task(reader.read_bulk(10))
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    await reader.close()
+    with pytest.raises(ReadCancelledError):
+        await asyncio.wait_for(waiting, 5)
+    await writer.close()
+    await ns.close()
