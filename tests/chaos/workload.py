@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import faulthandler
 import json
 import logging
 import os
@@ -516,7 +517,13 @@ def main(argv: list[str] | None = None) -> int:
         return run_spark(args)
     import uvloop
 
-    return uvloop.run(_main(args))
+    code = uvloop.run(_main(args))
+    # The loop is closed and SIGTERM is back to its default: an actor that
+    # then hangs in interpreter shutdown is killed by the runner's SIGTERM
+    # (exit -15). Dump every thread's stack to the log first, so the hang
+    # can be seen; the default action follows.
+    faulthandler.register(signal.SIGTERM, file=sys.stderr, all_threads=True, chain=True)
+    return code
 
 
 if __name__ == "__main__":
