@@ -482,7 +482,7 @@ class Run:
         """Every stream read from its first record, every subscription's
         position, Spark's output: through a fresh client."""
         from dlog.dlsn import NonInclusiveLowerBound
-        from dlog.errors import LogEmptyError
+        from dlog.errors import LockingError, LogEmptyError
         from dlog.namespace import Namespace
 
         uri = self.cluster.sandbox.namespace_uri
@@ -494,6 +494,13 @@ class Run:
         try:
             for s in self.streams:
                 log_ = await ns["zk"].open_log(s)
+                # A writer that died (or was stopped while starting again)
+                # leaves its segment in progress: records it had acknowledged
+                # past the LAC become readable once a writer recovers it, as
+                # the next one would. Owned streams (the proxies') are left to
+                # their owner.
+                with contextlib.suppress(LockingError):
+                    await (await log_.open_writer(lock_timeout=5.0)).close()
                 records: list[list[Any]] = []
                 try:
                     last = await log_.get_last_dlsn()

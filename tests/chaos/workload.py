@@ -509,6 +509,10 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Stopped before the loop takes SIGTERM over (the runner stops the
+    # workload while a replacement is still starting): nothing was done yet,
+    # so this is a clean stop, not the default action's -15.
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     args = parse_args(argv)
     logging.basicConfig(
         level=logging.WARNING, format=f"%(asctime)s {args.proc} %(levelname)s %(name)s %(message)s"
