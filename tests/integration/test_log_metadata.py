@@ -358,10 +358,13 @@ async def test_concurrent_first_segments_are_serialized_by_max_seqno(
     zk: ZooKeeper, zk2: ZooKeeper, ns: str
 ) -> None:
     """A new stream may start at any number, so different numbers do not
-    collide by name: only the compare-and-set on ``ledgers`` picks one."""
+    collide by name: only the compare-and-set on ``ledgers`` picks one.
+    The numbers are even: a contender that reads the max only after another
+    won must not hold the number that follows it (that one may rightly
+    succeed, as a slow full suite showed)."""
     a, b = LogMetadataStore(zk, ns), LogMetadataStore(zk2, ns)
     await a.create_log("s")
-    contenders = [(store, seg(n)) for n, store in enumerate([a, b] * 4, 1)]
+    contenders = [(store, seg(2 * n)) for n, store in enumerate([a, b] * 4, 1)]
     results = await asyncio.gather(
         *(store.create_segment("s", s) for store, s in contenders), return_exceptions=True
     )
