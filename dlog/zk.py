@@ -22,6 +22,7 @@ kazoo's classes:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Sequence
@@ -227,39 +228,29 @@ class ZooKeeper:
     async def start(self, timeout: float = 15.0, *, setting: str | None = None) -> None:
         """Connect, waiting up to ``timeout`` seconds; ``setting`` names the
         configuration key that chose it, so the error says what to change."""
-        loop = self._loop = asyncio.get_running_loop()
-        done: asyncio.Future[BaseException | None] = loop.create_future()
+        self._loop = asyncio.get_running_loop()
+        started: concurrent.futures.Future[None] = concurrent.futures.Future()
 
         def connect() -> None:
-            error: BaseException | None = None
-            try:
-                self.client.start(timeout=timeout)
-            except BaseException as e:
-                error = e
-
-            def deliver() -> None:
-                if not done.done():
-                    done.set_result(error)
-
-            try:
-                loop.call_soon_threadsafe(deliver)
-            except RuntimeError:
-                pass  # the loop is gone: nobody waits any more
+            if started.set_running_or_notify_cancel():
+                try:
+                    started.set_result(self.client.start(timeout=timeout))
+                except BaseException as e:
+                    started.set_exception(e)
 
         # A daemon thread, not the loop's executor: whoever gives up waiting
         # (a bookie told to stop while ZooKeeper is out of reach) must not
         # then wait out the timeout when the loop shuts its executor down.
         threading.Thread(target=connect, name="zk-connect", daemon=True).start()
-        error = await done
-        if isinstance(error, KazooTimeoutError):
+        try:
+            await asyncio.wrap_future(started)
+        except KazooTimeoutError:
             which = f" ({setting})" if setting else ""
             raise ZooKeeperError(
                 f"could not connect to ZooKeeper at {self.hosts} within {timeout:g} s{which}"
             ) from None
-        if isinstance(error, kz.KazooException):
-            raise translate(error, f"connect to {self.hosts}") from error
-        if error is not None:
-            raise error
+        except kz.KazooException as e:
+            raise translate(e, f"connect to {self.hosts}") from e
 
     async def stop(self) -> None:
         def _stop() -> None:
