@@ -9,35 +9,42 @@ import pytest
 from dlog.singleflight import SingleFlight
 
 
+class Gated:
+    """A call that counts its runs and ends when released: with the run's
+    number, or with ``error``; ``release`` None never ends."""
+
+    def __init__(self, error: BaseException | None = None, *, gated: bool = True) -> None:
+        self.calls = 0
+        self.error = error
+        self.release: asyncio.Event | None = asyncio.Event() if gated else None
+
+    async def __call__(self) -> int:
+        self.calls += 1
+        n = self.calls
+        await (self.release or asyncio.Event()).wait()
+        if self.error is not None:
+            raise self.error
+        return n
+
+
 async def test_callers_share_one_call_and_its_result() -> None:
     flight: SingleFlight[int] = SingleFlight()
-    calls = 0
-    release = asyncio.Event()
-
-    async def load() -> int:
-        nonlocal calls
-        calls += 1
-        await release.wait()
-        return 7
-
+    load = Gated()
     tasks = [asyncio.create_task(flight.run("k", load)) for _ in range(3)]
     await asyncio.sleep(0)
-    release.set()
-    assert await asyncio.gather(*tasks) == [7, 7, 7]
-    assert calls == 1
+    assert load.release is not None
+    load.release.set()
+    assert await asyncio.gather(*tasks) == [1, 1, 1]
+    assert load.calls == 1
 
 
 async def test_callers_share_the_error() -> None:
     flight: SingleFlight[int] = SingleFlight()
-    release = asyncio.Event()
-
-    async def load() -> int:
-        await release.wait()
-        raise KeyError("gone")
-
+    load = Gated(KeyError("gone"))
     tasks = [asyncio.create_task(flight.run("k", load)) for _ in range(2)]
     await asyncio.sleep(0)
-    release.set()
+    assert load.release is not None
+    load.release.set()
     results = await asyncio.gather(*tasks, return_exceptions=True)
     assert all(isinstance(r, KeyError) for r in results)
 
@@ -47,39 +54,27 @@ async def test_a_cancelled_first_caller_does_not_cancel_the_others() -> None:
     read that no longer needs its answer) must not cancel the callers that
     joined it: one of them runs the call again."""
     flight: SingleFlight[int] = SingleFlight()
-    calls = 0
-    release = asyncio.Event()
-
-    async def load() -> int:
-        nonlocal calls
-        calls += 1
-        await release.wait()
-        return calls
-
+    load = Gated()
     first = asyncio.create_task(flight.run("k", load))
     await asyncio.sleep(0)
     others = [asyncio.create_task(flight.run("k", load)) for _ in range(2)]
     await asyncio.sleep(0)
     first.cancel()
     for _ in range(100):  # until one of the others has started it again
-        if calls == 2 or all(t.done() for t in others):
+        if load.calls == 2 or all(t.done() for t in others):
             break
         await asyncio.sleep(0)
     await asyncio.sleep(0)
-    release.set()
+    assert load.release is not None
+    load.release.set()
     assert await asyncio.gather(*others) == [2, 2]
     assert first.cancelled()
-    assert calls == 2
+    assert load.calls == 2
 
 
 async def test_a_cancelled_waiter_is_cancelled_and_the_call_goes_on() -> None:
     flight: SingleFlight[int] = SingleFlight()
-    release = asyncio.Event()
-
-    async def load() -> int:
-        await release.wait()
-        return 1
-
+    load = Gated()
     first = asyncio.create_task(flight.run("k", load))
     await asyncio.sleep(0)
     waiter = asyncio.create_task(flight.run("k", load))
@@ -87,7 +82,8 @@ async def test_a_cancelled_waiter_is_cancelled_and_the_call_goes_on() -> None:
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
-    release.set()
+    assert load.release is not None
+    load.release.set()
     assert await first == 1
 
 
@@ -95,14 +91,7 @@ async def test_callers_cancelled_together_all_end_cancelled() -> None:
     """When the first caller and a waiter are cancelled at once, the waiter
     must not take its cancellation for the first caller's and start over."""
     flight: SingleFlight[int] = SingleFlight()
-    calls = 0
-
-    async def load() -> int:
-        nonlocal calls
-        calls += 1
-        await asyncio.Event().wait()
-        return 1
-
+    load = Gated(gated=False)
     first = asyncio.create_task(flight.run("k", load))
     await asyncio.sleep(0)
     waiter = asyncio.create_task(flight.run("k", load))
@@ -111,4 +100,4 @@ async def test_callers_cancelled_together_all_end_cancelled() -> None:
     waiter.cancel()
     await asyncio.wait([first, waiter], timeout=1.0)
     assert first.cancelled() and waiter.cancelled()
-    assert calls == 1
+    assert load.calls == 1
