@@ -11,6 +11,7 @@ import pytest
 import uvloop
 
 from dlog.ledger.bookie_client import BookieClient
+from dlog.protocol import messages as m
 
 
 @pytest.mark.parametrize("loop_factory", [asyncio.new_event_loop, uvloop.new_event_loop])
@@ -41,3 +42,30 @@ def test_a_write_pass_after_the_connection_is_lost_writes_nothing(loop_factory: 
             runner.run(main())
     finally:
         listener.close()
+
+
+def test_what_was_sent_before_close_goes_out() -> None:
+    """Requests wait for the next loop pass to be written; ``close`` right
+    after sending (a fire-and-forget explicit LAC, say) must write them
+    first, not drop them with the queue of a closed client."""
+
+    async def main() -> bytes:
+        got: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+        async def peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            got.set_result(await reader.read())  # until the client closes
+            writer.close()
+
+        server = await asyncio.start_server(peer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = BookieClient(f"127.0.0.1:{port}")
+        await client.connect()
+        client.send(m.write_lac_request(7, 1, 0, b"k", b"lac"))
+        await client.close()
+        data = await asyncio.wait_for(got, 5)
+        server.close()
+        await server.wait_closed()
+        return data
+
+    data = asyncio.run(main())
+    assert len(data) > 4 and int.from_bytes(data[:4], "big") == len(data) - 4
