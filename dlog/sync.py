@@ -59,7 +59,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from dlog.blocking import ClosingTwin, Twin, blocking, nowait
 from dlog.conf.dlog import DLogConfig
 from dlog.dlsn import DLSN
-from dlog.errors import EndOfStreamError, IllegalStateError, ReadCancelledError
+from dlog.errors import DLogError, EndOfStreamError, IllegalStateError, ReadCancelledError
 from dlog.log import LogManager
 from dlog.loop_thread import LoopThread, default_loop_thread, wait
 from dlog.namespace import Namespace as AsyncNamespace
@@ -145,6 +145,11 @@ class SyncLogWriter(ClosingTwin[LogWriter], wraps="writer"):
     @property
     def is_closed(self) -> bool:
         return self.writer.is_closed
+
+    @property
+    def error(self) -> DLogError | None:
+        """Why the writer failed, or None (see :attr:`LogWriter.error`)."""
+        return self.writer.error
 
     def __repr__(self) -> str:
         return f"SyncLogWriter({self.name!r})"

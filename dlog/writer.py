@@ -313,6 +313,12 @@ class LogWriter:
     def is_closed(self) -> bool:
         return self._closed
 
+    @property
+    def error(self) -> DLogError | None:
+        """Why this writer failed, or None. A failed writer takes no more
+        writes: whoever holds it closes it and opens a new one."""
+        return self._error
+
     # ------------------------------------------------------------------
     # writing
     # ------------------------------------------------------------------

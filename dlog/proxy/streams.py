@@ -11,9 +11,11 @@ naming the proxy's address (``1;<shard>;<host>:<port>``). Invariants:
   already tried the owner (``triedHosts``), the proxy waits up to
   ``lockTimeoutSeconds`` for the lock instead: that is how a stream whose
   owner died moves here once the owner's ZooKeeper session expires.
-- **Losing it is final for the writer.** A writer whose lock is lost or whose
-  segment is fenced is dropped; the next request acquires again, or learns
-  the new owner.
+- **A failed writer is dropped.** Whatever failed it (its lock lost, its
+  segment fenced, a segment roll that found too few bookies), a writer that
+  failed writes nothing more: the proxy closes it, releasing the lock, and
+  the next request acquires the stream again (recovering the segment) or
+  learns the new owner. A failed writer is never kept as the owner.
 - **Bounded.** At most ``maxAcquiredPartitionsPerProxy`` owned streams, and
   at most ``perWriterOutstandingWriteLimit`` records in flight per stream
   (``globalOutstandingWriteLimit`` across streams). A request that would go
@@ -42,7 +44,6 @@ from dlog.errors import (
     ServiceUnavailableError,
     StreamUnavailableError,
     TooManyStreamsError,
-    WriteFencedError,
 )
 from dlog.lock import DistributedLock
 from dlog.namespace import Namespace
@@ -94,6 +95,15 @@ class ProxyMetrics:
         )
 
 
+def _usable(owned: OwnedStream) -> bool:
+    return not owned.writer.is_closed and owned.writer.error is None
+
+
+def _why_unusable(owned: OwnedStream) -> str:
+    error = owned.writer.error
+    return "its writer closed" if error is None else f"its writer failed: {error}"
+
+
 def host_port(owner: str) -> str | None:
     """``host:port`` of a proxy address, or None if ``owner`` is not one
     (the lock is held by a plain dlog writer)."""
@@ -129,6 +139,8 @@ class StreamManager:
         self._streams: dict[str, OwnedStream] = {}
         #: Streams some request is acquiring: later requests queue behind it.
         self._acquiring: dict[str, _Queue] = {}
+        #: Failed writers being closed (a reference keeps each task alive).
+        self._closing: set[asyncio.Task[None]] = set()
         self._outstanding = 0
 
     # -- ownership ----------------------------------------------------------------
@@ -147,7 +159,7 @@ class StreamManager:
         """The stream, owned here: OwnershipAcquireFailedError (with the
         owner) if another proxy holds it."""
         owned = self._streams.get(stream)
-        if owned is not None and not owned.writer.is_closed and stream not in self._acquiring:
+        if owned is not None and _usable(owned) and stream not in self._acquiring:
             return owned
         # Requests for a stream being acquired go through one at a time in
         # arrival order (asyncio.Lock is FIFO), each returning to write
@@ -161,7 +173,7 @@ class StreamManager:
         try:
             async with queue.lock:
                 owned = self._streams.get(stream)
-                if owned is not None and not owned.writer.is_closed:
+                if owned is not None and _usable(owned):
                     return owned
                 return await self._acquire(stream, tried_hosts)
         finally:
@@ -172,9 +184,9 @@ class StreamManager:
     async def _acquire(self, stream: str, tried_hosts: Sequence[str]) -> OwnedStream:
         owned = self._streams.get(stream)
         if owned is not None:
-            if not owned.writer.is_closed:
+            if _usable(owned):
                 return owned
-            await self._drop(owned, "its writer closed")
+            await self._drop(owned, _why_unusable(owned))
         if self.closed:
             raise ServiceUnavailableError(f"proxy {self.address} is shutting down")
         if not self.accepting:
@@ -220,22 +232,28 @@ class StreamManager:
         await self._drop(owned, "released")
         return True
 
-    async def _drop(self, owned: OwnedStream, why: str) -> None:
+    def _forget(self, owned: OwnedStream, why: str) -> None:
         if self._streams.get(owned.name) is owned:
             del self._streams[owned.name]
             self.metrics.owned.set(len(self._streams))
             log.info("proxy %s gives up stream %r: %s", self.address, owned.name, why)
+
+    async def _drop(self, owned: OwnedStream, why: str) -> None:
+        self._forget(owned, why)
         try:
             await owned.writer.close()
         except DLogError as e:
             log.warning("closing the writer of %r: %s", owned.name, e)
 
-    def _lost(self, owned: OwnedStream, error: BaseException) -> None:
-        """A write failed because ownership is gone: forget the writer."""
-        if isinstance(error, (LockingError, WriteFencedError)) and not isinstance(
-            error, OwnershipAcquireFailedError
-        ):
-            asyncio.get_running_loop().create_task(self._drop(owned, str(error)))
+    def _lost(self, owned: OwnedStream) -> None:
+        """A write failed: if it failed the writer, forget it now (the next
+        request acquires again) and close it, releasing the lock."""
+        if _usable(owned) or self._streams.get(owned.name) is not owned:
+            return
+        self._forget(owned, _why_unusable(owned))
+        task = asyncio.get_running_loop().create_task(self._drop(owned, "failed"))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     # -- writing --------------------------------------------------------------------
     def _admit(self, owned: OwnedStream, n: int) -> None:
@@ -277,12 +295,12 @@ class StreamManager:
         try:
             for r in records:
                 futures.append(writer.write_nowait(r))
-        except DLogError as e:
+        except DLogError:
             # The writer failed (or lost the stream) before taking them all;
             # those it took fail the same way.
             for f in futures:
                 f.add_done_callback(lambda f: f.cancelled() or f.exception())
-            self._lost(owned, e)
+            self._lost(owned)
             raise
         owned.outstanding += n
         self._outstanding += n
@@ -304,7 +322,7 @@ class StreamManager:
             if isinstance(result, DLSN):
                 out.append(result)
             elif isinstance(result, DLogError):
-                self._lost(owned, result)
+                self._lost(owned)
                 out.append(result)
             else:
                 raise result
@@ -339,3 +357,5 @@ class StreamManager:
         self.closed = True
         owned = list(self._streams.values())
         await asyncio.gather(*(self._drop(o, "the proxy is stopping") for o in owned))
+        if self._closing:
+            await asyncio.wait(list(self._closing))

@@ -166,6 +166,42 @@ async def test_release_hands_ownership_to_the_next_proxy_asked(make_proxy: MakeP
         raw_b.close()
 
 
+async def test_a_failed_writer_is_dropped_and_the_next_write_acquires_again(
+    make_proxy: MakeProxy, open_namespace: Any, make_bookie: Any
+) -> None:
+    """A writer failed by something other than losing its stream (here: a
+    bookie of its ensemble gone, none to replace it) is not kept as the
+    stream's owner: the proxy closes it, and once bookies are back the next
+    write goes through on a new writer. Nothing acknowledged is lost."""
+    proxy = await make_proxy()
+    raw = await Raw.open(proxy)
+    acked: list[bytes] = []
+    r = await raw.call("write", stream="failing", data=b"before")
+    assert r.header.code == CODES.SUCCESS, r
+    acked.append(b"before")
+    await open_namespace.bookies[2].stop()
+    codes = []
+    for i in range(20):
+        r = await raw.call("write", stream="failing", data=b"x%d" % i)
+        codes.append(r.header.code)
+        if r.header.code == CODES.SUCCESS:
+            acked.append(b"x%d" % i)
+        else:
+            break
+    assert codes[-1] != CODES.SUCCESS, codes
+    await make_bookie("b3")
+    r = await raw.call("write", stream="failing", data=b"after")
+    assert r.header.code == CODES.SUCCESS, r
+    acked.append(b"after")
+    assert proxy.streams.owns("failing")  # type: ignore[union-attr]
+    # A write answered with an error may still be there (recovery of the
+    # failed writer's segment keeps what reached the bookies); every
+    # acknowledged one must be, in order.
+    read = [p for _, p in await read_all(proxy.namespace, "failing")]
+    assert [p for p in read if p in acked] == acked, read
+    raw.close()
+
+
 async def test_over_capacity_refuses_the_whole_request(make_proxy: MakeProxy) -> None:
     proxy = await make_proxy(perWriterOutstandingWriteLimit=10, outstandingWriteLimitDarkmode=False)
     raw = await Raw.open(proxy)
