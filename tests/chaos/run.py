@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import json
 import logging
 import os
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -90,9 +92,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--disk-mb", type=int, default=None, help="size of the small ledger disk")
     p.add_argument("--no-spark", dest="spark", action="store_false")
     p.add_argument(
-        "--recovery-timeout", type=float, default=900.0, help="to reach full replication (s)"
+        "--recovery-timeout",
+        type=float,
+        default=None,
+        help="to reach full replication (default 900 s, short 240 s)",
     )
-    p.add_argument("--spark-timeout", type=float, default=600.0, help="to catch up at the end")
+    p.add_argument(
+        "--spark-timeout",
+        type=float,
+        default=None,
+        help="to catch up at the end (default 600 s, short 150 s)",
+    )
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        help="seconds after which a stuck run dumps its tasks' stacks and stops"
+        " (default: none, short 660)",
+    )
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="dlog setting")
     p.add_argument(
         "--bookie-set", action="append", default=[], metavar="KEY=VALUE", help="bookie setting"
@@ -111,6 +128,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.fuzz_frames = 20_000 if args.short else 1_000_000
     if args.disk_mb is None:
         args.disk_mb = 96 if args.short else 512
+    # The short mode's phases are bounded so that a run stuck in one of them
+    # still ends with its report (which check failed) inside the test's time.
+    if args.recovery_timeout is None:
+        args.recovery_timeout = 240.0 if args.short else 900.0
+    if args.spark_timeout is None:
+        args.spark_timeout = 150.0 if args.short else 600.0
+    if args.deadline is None and args.short:
+        args.deadline = 660.0
     return args
 
 
@@ -146,6 +171,8 @@ class Run:
         self.checks: dict[str, Any] = {}
         self.spark: subprocess.Popen[bytes] | None = None
         self.phases: dict[str, float] = {}
+        self.current_phase = "start"
+        self.stuck: str | None = None
 
     # -- workload ------------------------------------------------------------------
     def client_settings(self) -> list[str]:
@@ -314,6 +341,11 @@ class Run:
             float(self.bookie_settings["zkTimeout"]) / 1000,
         )
         ctx = NemesisContext(self.cluster, sup, self.rng, pause_seconds=2 * session + 2)
+        watchdog = None
+        if a.deadline:
+            main = asyncio.current_task()
+            assert main is not None
+            watchdog = asyncio.ensure_future(self.watchdog(main, a.deadline))
         try:
             await asyncio.sleep(5)
             async with self.phase("faults"):
@@ -338,6 +370,8 @@ class Run:
             async with self.phase("final read"):
                 final = await self.final_state()
         finally:
+            if watchdog is not None:
+                watchdog.cancel()
             stop_supervising.set()
             with contextlib.suppress(Exception):
                 sup.stop(10)
@@ -352,11 +386,35 @@ class Run:
     async def phase(self, name: str) -> AsyncIterator[None]:
         """Time a phase of the run (the report lists them)."""
         started = time.monotonic()
+        self.current_phase = name
         try:
             yield
         finally:
             self.phases[name] = round(time.monotonic() - started, 1)
             print(f"chaos: {name}: {self.phases[name]} s", flush=True)
+
+    async def watchdog(self, main: asyncio.Task[int], deadline: float) -> None:
+        """A run still going at its deadline is stuck: say in which phase,
+        write every task's and thread's stack to ``stacks.txt`` (and print
+        it), then cancel the run, whose cleanup still stops the cluster."""
+        await asyncio.sleep(deadline)
+        out = io.StringIO()
+        for task in asyncio.all_tasks():
+            if task is not asyncio.current_task():
+                print(f"--- {task!r}", file=out)
+                task.print_stack(file=out)
+        for ident, frame in sys._current_frames().items():
+            print(f"--- thread {ident}", file=out)
+            traceback.print_stack(frame, file=out)
+        path = self.dir / "stacks.txt"
+        await asyncio.to_thread(path.write_text, out.getvalue())
+        print(
+            f"chaos: STUCK in phase {self.current_phase!r} after {deadline:g} s;"
+            f" stacks in {path}:\n{out.getvalue()[-8000:]}",
+            flush=True,
+        )
+        self.stuck = self.current_phase
+        main.cancel()
 
     def heal_everything(self) -> None:
         """Whatever a heal did not bring back (it failed, or came after the
@@ -600,7 +658,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     run = Run(args, directory.absolute())
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    code = asyncio.run(run.run())
+    try:
+        code = asyncio.run(run.run())
+    except asyncio.CancelledError:
+        if run.stuck is None:
+            raise
+        print(f"chaos: FAILED: stuck in phase {run.stuck!r}", flush=True)
+        code = 1
     print(f"chaos: seed {args.seed}; everything is in {directory}", flush=True)
     return code
 
