@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -48,6 +49,34 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             ids=list(ENTRY_LOG_MODES.values()),
             indirect=True,
         )
+
+
+#: BookKeeper's and dlog's default ports: the bookie, its Prometheus
+#: endpoint (AutoRecovery's too), the HTTP admin API, the bookie's and the
+#: namespace's gRPC control planes.
+DEFAULT_PORTS = (3181, 8000, 8080, 4181, 4182)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def default_ports_taken() -> Iterator[list[int]]:
+    """Hold the default ports for the whole run, so that a test whose
+    process binds one by default fails every time, not only when another
+    test's process (run at the same time by another worker) holds it.
+    Returns the ports this process holds (another worker, or the machine,
+    may hold the rest)."""
+    held: list[socket.socket] = []
+    for port in DEFAULT_PORTS:
+        s = socket.socket()
+        try:
+            s.bind(("0.0.0.0", port))
+            s.listen(1)
+        except OSError:
+            s.close()
+            continue
+        held.append(s)
+    yield [s.getsockname()[1] for s in held]
+    for s in held:
+        s.close()
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dlog.sandbox.cluster import Sandbox
+from dlog.sandbox.zookeeper import free_port
 
 __all__ = ["ChaosCluster"]
 
@@ -98,6 +99,10 @@ class ChaosCluster:
                 if k.startswith(("auditor", "rw", "lockReleaseOfFailedLedger"))
             },
             "lostBookieRecoveryDelay": 0,
+            # Its own port: BookKeeper's 8000 may be taken by another process
+            # on the host, and an AutoRecovery that cannot bind it exits.
+            "prometheusStatsHttpAddress": "127.0.0.1",
+            "prometheusStatsHttpPort": free_port(),
         }
         conf.write_text("".join(f"{k}={_conf_value(v)}\n" for k, v in values.items()))
         self.auditor_starts += 1

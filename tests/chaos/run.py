@@ -518,10 +518,18 @@ class Run:
         bad: list[Any] = []
         under: list[Any] = []
         rounds = 0
+        exits: list[int] = []
         async with BookKeeper(self.cluster.sandbox.metadata_service_uri) as bk:
             urm = UnderreplicationManager(bk.zk, bk.uri.ledgers_root)
             while True:
                 rounds += 1
+                # Nothing recovers without AutoRecovery: one that exited (it
+                # could not start, or crashed) is started again, as an
+                # operator's supervisor would, and its exits are reported.
+                auditor = self.cluster.auditor
+                if auditor is not None and auditor.poll() is not None:
+                    exits.append(auditor.returncode)
+                    self.cluster.start_auditor()
                 under = await urm.list()
                 bad = [] if under else await verify_ledgers(bk, percentage=100)
                 if not under and not bad:
@@ -530,8 +538,9 @@ class Run:
                     break
                 await asyncio.sleep(5)
         return {
-            "ok": not under and not bad,
+            "ok": not under and not bad and not exits,
             "rounds": rounds,
+            "autorecovery exits": exits,
             "under-replicated": [u[0] for u in under][:20],
             "bad replicas": [str(b) for b in bad][:20],
         }

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -16,6 +17,7 @@ import pytest
 from dlog.autorecovery.election import current_auditor
 from dlog.autorecovery.service import AutoRecovery
 from dlog.conf.bookie import BookieConfig
+from dlog.sandbox.zookeeper import free_port
 from dlog.zk import ZooKeeper
 
 pytestmark = pytest.mark.asyncio
@@ -31,6 +33,11 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 15.0
     while not await check():
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.1)
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return str(r.read().decode())
 
 
 def ledgers_root(uri: str) -> str:
@@ -85,6 +92,7 @@ async def test_the_autorecovery_command_stops_on_sigterm(
     make_bookie, ledgers_uri, zk, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
     await make_bookie("b0")
+    metrics_port = free_port()
     proc = await asyncio.create_subprocess_exec(
         *[
             sys.executable,
@@ -97,6 +105,11 @@ async def test_the_autorecovery_command_stops_on_sigterm(
             f"metadataServiceUri={ledgers_uri}",
             "--set",
             "auditorPeriodicCheckInterval=0",
+            # Not BookKeeper's 8000: another test's process may hold it.
+            "--set",
+            "prometheusStatsHttpAddress=127.0.0.1",
+            "--set",
+            f"prometheusStatsHttpPort={metrics_port}",
         ],
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
@@ -109,6 +122,8 @@ async def test_the_autorecovery_command_stops_on_sigterm(
             return await current_auditor(zk, root) == "cli-ar"
 
         await eventually(elected, 30)
+        metrics = await asyncio.to_thread(_get, f"http://127.0.0.1:{metrics_port}/metrics")
+        assert "auditor_lost_bookies_total" in metrics
         proc.send_signal(signal.SIGTERM)
         out, _ = await asyncio.wait_for(proc.communicate(), 30)
         assert proc.returncode == 0, out.decode()

@@ -76,6 +76,9 @@ def test_autorecovery_command_serves_health_and_admin_on_grpc_port(
             "grpcServerAddress=127.0.0.1",
             "--set",
             "auditorPeriodicCheckInterval=0",
+            # Not BookKeeper's 8000: another test's process may hold it.
+            "--set",
+            f"prometheusStatsHttpPort={free_port()}",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
