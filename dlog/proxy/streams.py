@@ -139,8 +139,9 @@ class StreamManager:
         self._streams: dict[str, OwnedStream] = {}
         #: Streams some request is acquiring: later requests queue behind it.
         self._acquiring: dict[str, _Queue] = {}
-        #: Failed writers being closed (a reference keeps each task alive).
-        self._closing: set[asyncio.Task[None]] = set()
+        #: stream -> the close of its failed writer, under way. A new writer
+        #: waits for it: until then this proxy's own old lock node is there.
+        self._closing: dict[str, asyncio.Task[None]] = {}
         self._outstanding = 0
 
     # -- ownership ----------------------------------------------------------------
@@ -187,6 +188,9 @@ class StreamManager:
             if _usable(owned):
                 return owned
             await self._drop(owned, _why_unusable(owned))
+        closing = self._closing.get(stream)
+        if closing is not None:
+            await asyncio.shield(closing)
         if self.closed:
             raise ServiceUnavailableError(f"proxy {self.address} is shutting down")
         if not self.accepting:
@@ -252,8 +256,8 @@ class StreamManager:
             return
         self._forget(owned, _why_unusable(owned))
         task = asyncio.get_running_loop().create_task(self._drop(owned, "failed"))
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+        self._closing[owned.name] = task
+        task.add_done_callback(lambda _: self._closing.pop(owned.name, None))
 
     # -- writing --------------------------------------------------------------------
     def _admit(self, owned: OwnedStream, n: int) -> None:
@@ -358,4 +362,4 @@ class StreamManager:
         owned = list(self._streams.values())
         await asyncio.gather(*(self._drop(o, "the proxy is stopping") for o in owned))
         if self._closing:
-            await asyncio.wait(list(self._closing))
+            await asyncio.wait(list(self._closing.values()))

@@ -166,6 +166,31 @@ async def test_release_hands_ownership_to_the_next_proxy_asked(make_proxy: MakeP
         raw_b.close()
 
 
+async def _fail_the_writer(raw: Raw, stream: str, bookie: Any) -> list[bytes]:
+    """Write to ``stream``, stop ``bookie`` (one of its ensemble, with none
+    to replace it) and write until a write fails; the acknowledged payloads."""
+    r = await raw.call("write", stream=stream, data=b"before")
+    assert r.header.code == CODES.SUCCESS, r
+    acked = [b"before"]
+    await bookie.stop()
+    codes = []
+    for i in range(20):
+        r = await raw.call("write", stream=stream, data=b"x%d" % i)
+        codes.append(r.header.code)
+        if r.header.code != CODES.SUCCESS:
+            return acked
+        acked.append(b"x%d" % i)
+    raise AssertionError(f"no write failed: {codes}")
+
+
+async def _assert_acked_present(ns: Namespace, stream: str, acked: list[bytes]) -> None:
+    # A write answered with an error may still be there (recovery of the
+    # failed writer's segment keeps what reached the bookies); every
+    # acknowledged one must be, in order.
+    read = [p for _, p in await read_all(ns, stream)]
+    assert [p for p in read if p in acked] == acked, read
+
+
 async def test_a_failed_writer_is_dropped_and_the_next_write_acquires_again(
     make_proxy: MakeProxy, open_namespace: Any, make_bookie: Any
 ) -> None:
@@ -175,30 +200,44 @@ async def test_a_failed_writer_is_dropped_and_the_next_write_acquires_again(
     write goes through on a new writer. Nothing acknowledged is lost."""
     proxy = await make_proxy()
     raw = await Raw.open(proxy)
-    acked: list[bytes] = []
-    r = await raw.call("write", stream="failing", data=b"before")
-    assert r.header.code == CODES.SUCCESS, r
-    acked.append(b"before")
-    await open_namespace.bookies[2].stop()
-    codes = []
-    for i in range(20):
-        r = await raw.call("write", stream="failing", data=b"x%d" % i)
-        codes.append(r.header.code)
-        if r.header.code == CODES.SUCCESS:
-            acked.append(b"x%d" % i)
-        else:
-            break
-    assert codes[-1] != CODES.SUCCESS, codes
+    acked = await _fail_the_writer(raw, "failing", open_namespace.bookies[2])
     await make_bookie("b3")
     r = await raw.call("write", stream="failing", data=b"after")
     assert r.header.code == CODES.SUCCESS, r
     acked.append(b"after")
     assert proxy.streams.owns("failing")  # type: ignore[union-attr]
-    # A write answered with an error may still be there (recovery of the
-    # failed writer's segment keeps what reached the bookies); every
-    # acknowledged one must be, in order.
-    read = [p for _, p in await read_all(proxy.namespace, "failing")]
-    assert [p for p in read if p in acked] == acked, read
+    await _assert_acked_present(proxy.namespace, "failing", acked)
+    raw.close()
+
+
+async def test_a_write_during_a_failed_writers_close_waits_for_it(
+    make_proxy: MakeProxy, open_namespace: Any, make_bookie: Any
+) -> None:
+    """Until the failed writer's close has released the lock, the proxy's
+    own old lock node is first in line: a write arriving meanwhile waits
+    for the close, and is written, rather than being sent to this very
+    proxy as the stream's owner (FOUND)."""
+    proxy = await make_proxy()
+    streams = proxy.streams
+    assert streams is not None
+    raw = await Raw.open(proxy)
+    await raw.call("write", stream="closing", data=b"first")
+    writer = streams._streams["closing"].writer
+    real_close = writer.close
+    released = asyncio.Event()
+
+    async def slow_close() -> None:
+        await released.wait()
+        await real_close()
+
+    writer.close = slow_close  # type: ignore[method-assign]
+    await _fail_the_writer(raw, "closing", open_namespace.bookies[2])
+    await make_bookie("b3")  # so that a new writer finds an ensemble
+    assert not released.is_set()
+    asyncio.get_running_loop().call_later(1.0, released.set)
+    r = await raw.call("write", stream="closing", data=b"after")
+    assert released.is_set()
+    assert r.header.code == CODES.SUCCESS, r
     raw.close()
 
 
