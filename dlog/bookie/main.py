@@ -16,6 +16,7 @@ import sys
 from dlog.bookie.metrics import observe_gc_pauses
 from dlog.bookie.service import BookieService
 from dlog.conf.bookie import BookieConfig
+from dlog.failpoints import failpoint
 
 log = logging.getLogger(__name__)
 
@@ -139,13 +140,24 @@ async def serve(conf: BookieConfig) -> int:
             if lag > 0.2:
                 log.warning("event loop was blocked for %.0f ms", lag * 1000)
             if t0 - last_refresh >= 1.0:
+                failpoint("bookie.gauges")
                 bookie.refresh_gauges()
                 last_refresh = t0
 
     gauge_task = loop.create_task(gauges())
+    watchdog = None
+    if conf.event_loop_stall_dump_threshold_ms:
+        from dlog.stall_watchdog import StallWatchdog
+
+        threshold = conf.event_loop_stall_dump_threshold_ms / 1000
+        watchdog = loop.create_task(StallWatchdog(threshold).run())
     stopped = loop.create_task(service.wait_stopped())
     await asyncio.wait({stopped, waiter}, return_when=asyncio.FIRST_COMPLETED)
     gauge_task.cancel()
+    if watchdog is not None:
+        # Off before the stop: a shutdown's last flush is no stall to report.
+        watchdog.cancel()
+        await asyncio.gather(watchdog, return_exceptions=True)
     if recovery is not None:
         await recovery.stop()  # before the bookie goes
     if not service.stopped:

@@ -97,6 +97,17 @@ class BookieConfig(Config):
         check=check_metadata_service_uri,
     )
     zk_timeout: int = setting("zkTimeout", 10000, "ZooKeeper session timeout.", min=1000, unit="ms")
+    event_loop_stall_dump_threshold_ms: int = setting(
+        "eventLoopStallDumpThresholdMs",
+        0,
+        "When the event loop serving requests has not run for this long, write every "
+        "thread's Python stack to standard error (the bookie's log), once per stall. The "
+        "dump is taken by a watchdog that needs no interpreter lock, so it shows a thread "
+        "holding the lock in a C call too. For tracing latency spikes; 0 turns it off "
+        "(dlog extension).",
+        min=0,
+        unit="ms",
+    )
     enable_statistics: bool = setting(
         "enableStatistics", True, "Serve Prometheus metrics over HTTP."
     )
