@@ -32,6 +32,15 @@ class Slot:
     exits: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
+def _hold_sigterm() -> None:
+    """In the child, before exec: SIGTERM stays pending (the mask survives
+    exec) until the actor's main() has its handler and lets it through. A
+    stop that arrives while the interpreter is still starting (a
+    replacement started just before the workload is stopped) then ends the
+    actor cleanly instead of killing it with SIGTERM's default action."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+
 class Supervisor:
     def __init__(self, directory: Path, history: Path, uri: str, seed: int) -> None:
         self.directory = directory
@@ -71,7 +80,12 @@ class Supervisor:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with open(self.directory / "logs" / f"{slot.name}.log", "ab") as out:
             slot.process = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                preexec_fn=_hold_sigterm,
             )
 
     def poll(self) -> None:

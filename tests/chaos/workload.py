@@ -513,6 +513,9 @@ def main(argv: list[str] | None = None) -> int:
     # workload while a replacement is still starting): nothing was done yet,
     # so this is a clean stop, not the default action's -15.
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    # The supervisor starts actors with SIGTERM held (a stop during start-up
+    # waits here): let it through now that it has a handler.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     args = parse_args(argv)
     logging.basicConfig(
         level=logging.WARNING, format=f"%(asctime)s {args.proc} %(levelname)s %(name)s %(message)s"
