@@ -24,6 +24,9 @@ journal's disk with no bookie, an ideal group commit in a plain loop
 (write what has arrived, fdatasync, again), with each add's latency from
 its arrival. The half-load percentiles are printed against it: when the
 disk itself stalls an fdatasync for 100 ms, no journal can keep p99 lower.
+The bookie runs with ``eventLoopStallDumpThresholdMs`` (printed): each
+layout reports how many event-loop stalls were dumped over its whole run
+and the innermost frames the dumps found busy (``loop_stalls``).
 
 Then the memory bound: a bookie with small caches (64 MiB write, 32 MiB
 read-ahead) takes full load until its write cache has filled many times,
@@ -49,6 +52,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -465,6 +469,43 @@ async def run(
     return {"full_load": full, "half_load": half}
 
 
+#: eventLoopStallDumpThresholdMs of the layouts' bookies.
+STALL_DUMP_MS = 100
+
+#: Innermost frames of threads that are only waiting for work.
+_IDLE_FRAMES = ("in wait\n", "in select\n", "in get\n", "in _worker\n", "in serve_forever\n")
+
+
+def _short_frame(frame: str) -> str:
+    """'"/x/dlog/bookie/fileio.py", line 68 in pwritev' -> 'bookie/fileio.py:68 pwritev'."""
+    m = re.match(r'"(.*)", line (\d+) in (.*)', frame)
+    if m is None:
+        return frame
+    return f"{'/'.join(Path(m[1]).parts[-2:])}:{m[2]} {m[3]}"
+
+
+def loop_stalls(log_path: Path) -> dict[str, Any]:
+    """The stall dumps in a bookie's log: how many, and the innermost frame
+    of each thread that was not idle, most frequent first."""
+    dumps = log_path.read_text(errors="replace").split("Timeout (")[1:]
+    frames: Counter[str] = Counter()
+    for dump in dumps:
+        innermost = None  # awaiting the first frame of a thread
+        for line in dump.splitlines():
+            line = line.strip()
+            if line.startswith(("Thread 0x", "Current thread 0x")):
+                innermost = ""
+            elif innermost == "" and line.startswith("File "):
+                innermost = line.removeprefix("File ")
+                if not (innermost + "\n").endswith(_IDLE_FRAMES):
+                    frames[_short_frame(innermost)] += 1
+    return {
+        "threshold_ms": STALL_DUMP_MS,
+        "dumped": len(dumps),
+        "busy_innermost_frames": dict(frames.most_common(8)),
+    }
+
+
 def run_layout(
     name: str,
     base: Path,
@@ -481,6 +522,7 @@ def run_layout(
         prometheusStatsHttpPort=metrics_port,
         prometheusStatsHttpAddress="127.0.0.1",
         ledgerDirectories=str(ledgers_dir),
+        eventLoopStallDumpThresholdMs=STALL_DUMP_MS,
         **settings,
     ).start()
     try:
@@ -514,6 +556,7 @@ def run_layout(
     half["p99_vs_device_bound"] = round(half["p99_ms"] / device["p99_ms"], 1)
     half["p999_vs_device_bound"] = round(half["p999_ms"] / device["p999_ms"], 1)
     caches = (bookie.conf.write_cache_bytes + bookie.conf.read_cache_bytes) / 2**20
+    stalls = loop_stalls(bookie.log_path)
     return {
         "journal_device": os.stat(base).st_dev,
         "ledgers_device": os.stat(ledgers_dir).st_dev,
@@ -525,6 +568,7 @@ def run_layout(
             # bound is checked apart, with caches it fills (memory_bound)
             "write_plus_read_cache_limit_mb": round(caches),
         },
+        "loop_stalls": stalls,
         # Everything that differs from a user's default, sandbox tuning included.
         "settings_not_default": effective_settings(bookie.conf, BookieConfig()),
         "journal_settings": journal_settings(bookie.conf),
