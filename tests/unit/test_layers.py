@@ -72,6 +72,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dlog.retry",
             "dlog.failpoints",
             "dlog.loop_metrics",
+            "dlog.stall_watchdog",
         ),
     ),
     (
