@@ -22,10 +22,13 @@ def test_a_blocked_loop_has_its_stacks_dumped_and_a_running_one_not(tmp_path: Pa
     with open(path, "w") as f:
 
         async def main() -> tuple[str, str]:
-            task = asyncio.create_task(StallWatchdog(1.0, tick=0.02, file=f).run())
-            await asyncio.sleep(0.5)
+            # A threshold far above any scheduling hiccup of a loaded machine,
+            # and a running loop watched for longer than it (re-armed, so
+            # nothing is written).
+            task = asyncio.create_task(StallWatchdog(1.5, tick=0.02, file=f).run())
+            await asyncio.sleep(2.0)
             running = path.read_text()
-            hold_the_loop(2.0)
+            hold_the_loop(2.5)
             await asyncio.sleep(0)
             blocked = path.read_text()
             task.cancel()
