@@ -187,7 +187,7 @@ class StreamManager:
         if owned is not None:
             if _usable(owned):
                 return owned
-            await self._drop(owned, _why_unusable(owned))
+            self._lost(owned)  # failed with no write to notice it
         closing = self._closing.get(stream)
         if closing is not None:
             await asyncio.shield(closing)
@@ -250,8 +250,9 @@ class StreamManager:
             log.warning("closing the writer of %r: %s", owned.name, e)
 
     def _lost(self, owned: OwnedStream) -> None:
-        """A write failed: if it failed the writer, forget it now (the next
-        request acquires again) and close it, releasing the lock."""
+        """If ``owned``'s writer failed (a write or an acquisition noticed),
+        forget it now (the next request acquires again) and close it in the
+        background, releasing the lock; a new writer waits for that close."""
         if _usable(owned) or self._streams.get(owned.name) is not owned:
             return
         self._forget(owned, _why_unusable(owned))

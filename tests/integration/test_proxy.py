@@ -20,6 +20,7 @@ from dlog.errors import (
     RecordTooLargeError,
     WriteOutcomeUnknownError,
 )
+from dlog.lock import DistributedLock
 from dlog.namespace import Namespace
 from dlog.proxy import Client
 from dlog.proxy import protocol as wire
@@ -201,6 +202,15 @@ async def test_a_failed_writer_is_dropped_and_the_next_write_acquires_again(
     proxy = await make_proxy()
     raw = await Raw.open(proxy)
     acked = await _fail_the_writer(raw, "failing", open_namespace.bookies[2])
+    # Closed at once, with no request needed: the lock is free for anyone.
+    assert not proxy.streams.owns("failing")  # type: ignore[union-attr]
+    lock = (await proxy.namespace.open_log("failing")).context.paths.lock
+    for _ in range(100):
+        if await DistributedLock.holder(proxy.namespace.zk, lock) is None:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the failed writer still holds the stream's lock")
     await make_bookie("b3")
     r = await raw.call("write", stream="failing", data=b"after")
     assert r.header.code == CODES.SUCCESS, r
