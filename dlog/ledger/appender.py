@@ -40,8 +40,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from dlog import failpoints
 from dlog.errors import BKError, BKTransmitError, DLogError, LedgerFencedError, NoSuchLedgerError
-from dlog.failpoints import afailpoint
 from dlog.ledger.metadata import DigestType, LedgerCloseContext, LedgerCreateContext
 
 if TYPE_CHECKING:
@@ -276,7 +276,7 @@ class LedgerAppender:
                 and fut.exception() is None
                 and self._lac_wanted()
             ):
-                self.lac_task = self._tasks.spawn(self._publish_lac())
+                self._start_lac()
             return
         if (
             self.handle.pending == 0
@@ -297,13 +297,35 @@ class LedgerAppender:
     def _lac_due(self) -> None:
         self.lac_check = False
         if self.lac_task is None and self.handle.pending == 0 and self._lac_wanted():
-            self.lac_task = self._tasks.spawn(self._publish_lac())
+            self._start_lac()
 
-    async def _publish_lac(self) -> None:
+    def _start_lac(self) -> None:
+        """Publish the LAC. It is sent here and now, ahead of the work the
+        woken callers queued on the loop (a caller building its next batch
+        would otherwise hold back what tailing readers wait for); a task
+        waits for the answers and sends again if the LAC moved meanwhile.
+        An armed failpoint is reached first, in the task."""
+        point = self._lac_failpoint
+        if point is not None and failpoints.is_set(point):
+            self.lac_task = self._tasks.spawn(self._publish_lac(None))
+            return
+        try:
+            sent = self.handle.send_lac()
+        except Exception as e:
+            log.debug("%s: explicit LAC failed: %s", self.name, e)
+            return
+        if sent is not None:
+            self.lac_task = self._tasks.spawn(self._publish_lac(sent))
+
+    async def _publish_lac(self, sent: asyncio.Future[list[object]] | None) -> None:
+        """Wait for ``sent`` (None: reach the failpoint), then publish until
+        the last entry's LAC is out."""
         handle = self.handle
         try:
-            if self._lac_failpoint is not None:
-                await afailpoint(self._lac_failpoint)
+            if sent is not None:
+                await sent
+            elif self._lac_failpoint is not None:
+                await failpoints.afailpoint(self._lac_failpoint)
             # Entries that complete while a publish is in flight are covered
             # by the next round, so the last entry is always published.
             while handle.last_add_confirmed > handle.lac_published and not handle.is_closed:

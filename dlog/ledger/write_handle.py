@@ -590,9 +590,19 @@ class WriteHandle:
     async def write_lac(self) -> None:
         """Tell the ensemble the current LAC explicitly (WRITE_LAC), so readers
         see the last entry without waiting for the next one."""
+        sent = self.send_lac()
+        if sent is not None:
+            await sent
+
+    def send_lac(self) -> asyncio.Future[list[object]] | None:
+        """:meth:`write_lac`'s sending half: the WRITE_LACs to connected
+        bookies are written before this returns (a caller on the loop gets
+        them out ahead of any work queued there). Returns a future done once
+        every bookie answered or failed, or None when this LAC was sent
+        already."""
         lac = self._lac
         if lac < 0 or lac <= self._lac_published:
-            return
+            return None
         self._lac_published = lac
         body = self.digest.compute_lac(lac)
 
@@ -614,7 +624,7 @@ class WriteHandle:
                 )
             else:
                 sent.append(one(bookie))
-        await asyncio.gather(*sent, return_exceptions=True)
+        return asyncio.gather(*sent, return_exceptions=True)
 
     async def wait_pending(self, timeout: float | None = None) -> None:
         """Wait until every append issued so far completed or failed."""

@@ -170,9 +170,19 @@ class _FakeHandle:
         self.last_add_confirmed = entry_id
         self.futures[entry_id].set_result(entry_id)
 
-    async def write_lac(self) -> None:
+    def send_lac(self) -> asyncio.Future[list[object]] | None:
+        if self.last_add_confirmed <= self.lac_published:
+            return None
         self.lac_published = self.last_add_confirmed
         self.lacs.append(self.last_add_confirmed)
+        answered = asyncio.get_running_loop().create_future()
+        answered.set_result([])
+        return answered
+
+    async def write_lac(self) -> None:
+        sent = self.send_lac()
+        if sent is not None:
+            await sent
 
 
 @pytest.mark.parametrize("eager", [False, True])
@@ -199,3 +209,36 @@ async def test_an_eager_appender_publishes_the_lac_while_appends_are_in_flight(e
         await asyncio.sleep(0)
     await appender.lac_settled()
     assert handle.lacs[-1] == 2  # idle: published either way
+
+
+@pytest.mark.parametrize("eager", [False, True])
+async def test_the_lac_goes_out_before_the_woken_callers_next_batch(eager) -> None:
+    """A caller whose write completed is woken through its future and then
+    builds its next batch on the loop (a millisecond for a thousand
+    records). The explicit LAC a tailing reader in another process waits
+    for must already be sent by then, not queued behind that batch."""
+    handle = _FakeHandle()
+    appender = LedgerAppender(
+        handle,  # type: ignore[arg-type]
+        name="stream 's'",
+        tasks=BackgroundTasks(),
+        fenced=lambda: WriteFencedError("fenced"),
+        lac_eager=eager,
+    )
+    loop = asyncio.get_running_loop()
+    seen: list[list[int]] = []
+
+    def resolve_the_callers_future(entry: asyncio.Future[int]) -> None:
+        # As the writer resolves a write's future: the caller's callback
+        # runs one loop pass later and wakes its task, which runs one after.
+        caller = loop.create_future()
+        caller.add_done_callback(lambda _: loop.call_soon(lambda: seen.append(list(handle.lacs))))
+        caller.set_result(None)
+
+    appender.append(b"x", resolve_the_callers_future)
+    handle.complete(0)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert seen == [[0]]
+    await appender.lac_settled()
+    assert handle.lacs == [0]
