@@ -1,6 +1,6 @@
 """dlog writer throughput and latency: 100-byte records to one stream,
 replicated E=3 W=2 A=2 on three local bookie processes, with a tailing
-reader in the same process.
+reader in a process of its own (bench/tail_reader.py), as consumers are.
 
 Starts a real ZooKeeper and three real bookie processes (dlog.sandbox).
 Three modes, each on its own stream with its settings printed:
@@ -16,8 +16,9 @@ Three modes, each on its own stream with its settings printed:
 
 A record's write latency runs from the call that wrote it to its DLSN.
 Every payload starts with the send time (``time.monotonic_ns``, 8 bytes
-big-endian); a reader tailing the stream in the same process measures
-writer-to-reader latency when the record reaches the application.
+big-endian; the clock is the machine's, shared by every process); a
+reader tailing the stream in another process measures writer-to-reader
+latency when the record reaches its application.
 
 In the same run, on the same bookies and client, the baseline: pipelined
 1 KiB ledger appends (dlog.ledger.client.BookKeeper, E3 W2 A2, as
@@ -41,7 +42,9 @@ import json
 import os
 import struct
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from common import (
@@ -64,7 +67,6 @@ from dlog.errors import BKError, DLogError
 from dlog.ledger.metadata import DigestType
 from dlog.log import LogManager
 from dlog.namespace import Namespace
-from dlog.reader import LogReader
 from dlog.record import RECORD_HEADER_SIZE, LogRecord
 from dlog.writer import LogWriter
 
@@ -100,46 +102,66 @@ def ms(samples_ns: list[int]) -> dict[str, float]:
 
 
 class Tail:
-    """A reader tailing the stream: checks order, and measures the
-    writer-to-reader latency of records with txid >= ``measure_from``."""
+    """A reader tailing the stream in its own process (bench/tail_reader.py):
+    checks order, and measures the writer-to-reader latency of each window."""
 
-    def __init__(self, reader: LogReader) -> None:
-        self.reader = reader
-        self.measure_from: int | None = None
-        self.next_txid = 0
-        self.latencies: list[int] = []
-        self.errors: list[str] = []
-        self.read_in_window = 0
-        self.wanted: int | None = None
-        self.caught_up = asyncio.Event()
-        self.task = asyncio.get_running_loop().create_task(self._run())
+    def __init__(self, proc: asyncio.subprocess.Process, conf_file: Path) -> None:
+        self.proc = proc
+        self.conf_file = conf_file
 
-    async def _run(self) -> None:
-        now = time.monotonic_ns
-        unpack = _STAMP.unpack_from
+    @classmethod
+    async def start(cls, uri: str, conf: DLogConfig, stream: str) -> Tail:
+        fd, name = tempfile.mkstemp(prefix="dlog-bench-tail-", suffix=".conf")
+        with os.fdopen(fd, "w") as f:
+            f.write(conf.dumps())
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(Path(__file__).with_name("tail_reader.py")),
+            uri,
+            name,
+            stream,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        tail = cls(proc, Path(name))
+        line = await tail._line(60)
+        if line != "ready":
+            await tail.close()
+            raise RuntimeError(f"the tailing reader did not start: {line!r}")
+        return tail
+
+    async def _line(self, timeout: float) -> str:
+        assert self.proc.stdout is not None
+        return (await asyncio.wait_for(self.proc.stdout.readline(), timeout)).decode().strip()
+
+    async def _send(self, command: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{command}\n".encode())
+        await self.proc.stdin.drain()
+
+    async def measure(self, first_txid: int) -> None:
+        """Measure records from ``first_txid`` on."""
+        await self._send(f"measure {first_txid}")
+
+    async def until(self, next_txid: int) -> dict[str, Any]:
+        """The window's end-to-end figures, once every record before
+        ``next_txid`` was read (the reader gives up after 30 s)."""
+        await self._send(f"until {next_txid}")
+        line = await self._line(60)
+        if not line:
+            return {"records": 0, "errors": [f"the tailing reader exited ({self.proc.returncode})"]}
+        result: dict[str, Any] = json.loads(line)
+        return result
+
+    async def close(self) -> None:
+        with contextlib.suppress(ConnectionError):
+            await self._send("quit")
         try:
-            while True:
-                batch = await self.reader.read_bulk(10_000, timeout=1.0)
-                if not batch:
-                    continue
-                t = now()
-                first = batch[0].txid
-                if first != self.next_txid or batch[-1].txid != first + len(batch) - 1:
-                    self.errors.append(f"out of order at txid {first}, expected {self.next_txid}")
-                    return
-                self.next_txid = batch[-1].txid + 1
-                start = self.measure_from
-                if start is not None and batch[-1].txid >= start:
-                    if first < start:
-                        batch = batch[start - first :]
-                    self.latencies += [t - unpack(r.payload)[0] for r in batch]
-                    self.read_in_window = len(self.latencies)
-                if self.wanted is not None and self.next_txid >= self.wanted:
-                    self.caught_up.set()
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            self.errors.append(repr(e))
+            await asyncio.wait_for(self.proc.wait(), 30)
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+        self.conf_file.unlink(missing_ok=True)
 
 
 async def write_window(
@@ -283,12 +305,7 @@ async def measured_window(
     the first txid) and the tailing reader's view of it; returns (result,
     next txid). ``what`` describes the load, into the result."""
     if tail is not None:
-        tail.measure_from = first_txid
-        tail.latencies = []
-        tail.read_in_window = 0
-        tail.wanted = None
-        tail.caught_up.clear()
-    t0 = time.perf_counter()
+        await tail.measure(first_txid)
     entries_before = writer.entries_written
     result = await window(first_txid)
     next_txid = result.pop("next_txid")
@@ -300,19 +317,7 @@ async def measured_window(
     result["avg_entry_bytes"] = round(13 + records_per_entry * (RECORD_HEADER_SIZE + RECORD_SIZE))
     if tail is None:
         return {"write": result}, next_txid
-    tail.wanted = next_txid
-    try:
-        await asyncio.wait_for(tail.caught_up.wait(), 30)
-    except TimeoutError:
-        tail.errors.append(f"reader stuck at txid {tail.next_txid} of {tail.wanted}")
-    read_s = time.perf_counter() - t0
-    end_to_end = {
-        "records": len(tail.latencies),
-        **ms(tail.latencies),
-        "reader_records_per_s": round(tail.read_in_window / read_s) if read_s else 0,
-        "errors": list(tail.errors),
-    }
-    return {"write": result, "end_to_end": end_to_end}, next_txid
+    return {"write": result, "end_to_end": await tail.until(next_txid)}, next_txid
 
 
 async def closed_loop_window(
@@ -328,15 +333,14 @@ async def closed_loop_window(
 
 
 async def open_tail(log: LogManager, args: argparse.Namespace) -> Tail | None:
-    return None if args.no_reader else Tail(await log.open_reader())
+    if args.no_reader:
+        return None
+    return await Tail.start(args.uri, log.conf, log.name)
 
 
 async def close_all(writer: LogWriter, tail: Tail | None) -> None:
     if tail is not None:
-        tail.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await tail.task
-        await tail.reader.close()
+        await tail.close()
     with contextlib.suppress(DLogError):
         await writer.close()
 
@@ -481,7 +485,7 @@ def main() -> None:
     ):
         conf = dlog_config(ledgers_uri, args)
         light_conf = light_config(ledgers_uri, args)
-        uri = f"distributedlog://{zk.connect_string}/bench"
+        uri = args.uri = f"distributedlog://{zk.connect_string}/bench"
         result = asyncio.run(run(uri, conf, light_conf, args))
 
     dl, ledger = result["dlog"], result["ledger"]

@@ -1,0 +1,139 @@
+"""A tailing reader in its own process, for bench/dlog_write.py.
+
+Tailing readers are other processes than the writer in a real deployment
+(consumers, a proxy's clients). In the writer's own process the two would
+share one event loop, and each record's end-to-end latency would include
+the writer's next batch being built before the reader could run.
+
+    python bench/tail_reader.py URI CONF STREAM
+
+Reads STREAM of namespace URI from its start with the client config in the
+file CONF, checking that txids come in order with no gap. Every payload
+starts with its send time (``time.monotonic_ns``, 8 bytes big-endian; the
+clock is the machine's, shared by every process). Prints ``ready`` once
+its reader is open, then takes commands on stdin, one per line:
+
+* ``measure FIRST``: records with txid >= FIRST are measured from now on;
+* ``until NEXT``: once every record before txid NEXT has been read (or 30 s
+  have passed: an error), print one JSON line with the window's records,
+  latency percentiles, records read per second and errors;
+* ``quit``: close the reader and exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+import sys
+import time
+from typing import Any
+
+from common import percentiles
+
+from dlog.bookie.main import install_event_loop_policy, tune_runtime
+from dlog.conf.dlog import DLogConfig
+from dlog.namespace import Namespace
+
+_STAMP = struct.Struct(">q")
+CATCH_UP_SECONDS = 30.0
+
+
+class Window:
+    """What the reader saw of one measured window."""
+
+    def __init__(self, first_txid: int) -> None:
+        self.first_txid = first_txid
+        self.started = time.perf_counter()
+        self.latencies: list[int] = []
+
+    def report(self, errors: list[str]) -> dict[str, Any]:
+        elapsed = time.perf_counter() - self.started
+        return {
+            "records": len(self.latencies),
+            **percentiles([s / 1e9 for s in self.latencies]),
+            "reader_records_per_s": round(len(self.latencies) / elapsed) if elapsed else 0,
+            "errors": list(errors),
+        }
+
+
+async def tail(reader: Any, state: dict[str, Any], progress: asyncio.Event) -> None:
+    now = time.monotonic_ns
+    unpack = _STAMP.unpack_from
+    errors: list[str] = state["errors"]
+    try:
+        while True:
+            batch = await reader.read_bulk(10_000, timeout=1.0)
+            if not batch:
+                continue
+            t = now()
+            first = batch[0].txid
+            if first != state["next_txid"] or batch[-1].txid != first + len(batch) - 1:
+                errors.append(f"out of order at txid {first}, expected {state['next_txid']}")
+                return
+            state["next_txid"] = batch[-1].txid + 1
+            window: Window | None = state["window"]
+            if window is not None and batch[-1].txid >= window.first_txid:
+                if first < window.first_txid:
+                    batch = batch[window.first_txid - first :]
+                window.latencies += [t - unpack(r.payload)[0] for r in batch]
+            progress.set()
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:
+        errors.append(repr(e))
+    finally:
+        progress.set()
+
+
+async def wait_until(state: dict[str, Any], progress: asyncio.Event, next_txid: int) -> None:
+    deadline = time.monotonic() + CATCH_UP_SECONDS
+    while state["next_txid"] < next_txid and not state["errors"]:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            state["errors"].append(f"reader stuck at txid {state['next_txid']} of {next_txid}")
+            return
+        progress.clear()
+        try:
+            await asyncio.wait_for(progress.wait(), left)
+        except TimeoutError:
+            pass
+
+
+async def main(uri: str, conf_path: str, stream: str) -> None:
+    conf = DLogConfig.load(conf_path)
+    loop = asyncio.get_running_loop()
+    commands = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(commands), sys.stdin)
+    async with await Namespace.open(uri, conf) as ns:
+        tune_runtime()  # as the writer's process: no full collections while measuring
+        log = await ns.open_log(stream)
+        reader = await log.open_reader()
+        state: dict[str, Any] = {"next_txid": 0, "window": None, "errors": []}
+        progress = asyncio.Event()
+        task = asyncio.create_task(tail(reader, state, progress))
+        print("ready", flush=True)
+        try:
+            while line := (await commands.readline()).decode().split():
+                if line[0] == "measure":
+                    state["window"] = Window(int(line[1]))
+                elif line[0] == "until":
+                    await wait_until(state, progress, int(line[1]))
+                    window = state["window"] or Window(0)
+                    print(json.dumps(window.report(state["errors"])), flush=True)
+                    state["window"] = None
+                elif line[0] == "quit":
+                    break
+                else:
+                    raise SystemExit(f"tail_reader: unknown command {line!r}")
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await reader.close()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4:
+        raise SystemExit("usage: tail_reader.py URI CONF STREAM")
+    install_event_loop_policy()
+    asyncio.run(main(*sys.argv[1:]))
