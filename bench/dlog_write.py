@@ -12,7 +12,10 @@ Three modes, each on its own stream with its settings printed:
   ``--single-seconds`` of one ``write_nowait`` per record (a future each).
 * **Light load** (``writerOutputBufferSize=0``, ``enableImmediateFlush=true``:
   every record sent at once, its LAC published as soon as it completes):
-  ``--light-rate`` records a second, open loop, for ``--light-seconds``.
+  ``--light-rate`` records a second, open loop, for ``--light-seconds``;
+  beside it, the same rate of bare 1 KiB write+fdatasync on the bookies'
+  disk in the same window (bench/fsync_probe.py), since no record can be
+  durable sooner than the disk syncs it.
 
 A record's write latency runs from the call that wrote it to its DLSN.
 Every payload starts with the send time (``time.monotonic_ns``, 8 bytes
@@ -380,6 +383,14 @@ async def light_phase(log: LogManager, args: argparse.Namespace) -> dict[str, An
         warm = await open_loop_window(writer, 0, args.light_rate, 1.0)
         if warm["errors"]:
             return {"error": f"warm-up failed: {warm['errors']}"}
+        probe = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(Path(__file__).with_name("fsync_probe.py")),
+            str(args.probe_dir),
+            str(args.light_rate),
+            str(args.light_seconds),
+            stdout=asyncio.subprocess.PIPE,
+        )
         result, _ = await measured_window(
             writer,
             tail,
@@ -387,6 +398,9 @@ async def light_phase(log: LogManager, args: argparse.Namespace) -> dict[str, An
             lambda txid: open_loop_window(writer, txid, args.light_rate, args.light_seconds),
             {},
         )
+        out, _ = await probe.communicate()
+        # The disk meanwhile, alone: when it stalls, every record in flight waits.
+        result["device_fdatasync_same_window"] = json.loads(out) if out else {"error": "no output"}
         return result
     finally:
         await close_all(writer, tail)
@@ -486,6 +500,7 @@ def main() -> None:
         conf = dlog_config(ledgers_uri, args)
         light_conf = light_config(ledgers_uri, args)
         uri = args.uri = f"distributedlog://{zk.connect_string}/bench"
+        args.probe_dir = bookies[0].base_dir.parent  # the bookies' disk
         result = asyncio.run(run(uri, conf, light_conf, args))
 
     dl, ledger = result["dlog"], result["ledger"]
