@@ -185,16 +185,20 @@ class _FakeHandle:
             await sent
 
 
-@pytest.mark.parametrize("eager", [False, True])
-async def test_an_eager_appender_publishes_the_lac_while_appends_are_in_flight(eager) -> None:
-    handle = _FakeHandle()
-    appender = LedgerAppender(
+def _appender(handle: _FakeHandle, eager: bool) -> LedgerAppender:
+    return LedgerAppender(
         handle,  # type: ignore[arg-type]
         name="stream 's'",
         tasks=BackgroundTasks(),
         fenced=lambda: WriteFencedError("fenced"),
         lac_eager=eager,
     )
+
+
+@pytest.mark.parametrize("eager", [False, True])
+async def test_an_eager_appender_publishes_the_lac_while_appends_are_in_flight(eager) -> None:
+    handle = _FakeHandle()
+    appender = _appender(handle, eager)
     for _ in range(3):
         appender.append(b"x", lambda f: None)
     handle.complete(0)
@@ -218,13 +222,7 @@ async def test_the_lac_goes_out_before_the_woken_callers_next_batch(eager) -> No
     records). The explicit LAC a tailing reader in another process waits
     for must already be sent by then, not queued behind that batch."""
     handle = _FakeHandle()
-    appender = LedgerAppender(
-        handle,  # type: ignore[arg-type]
-        name="stream 's'",
-        tasks=BackgroundTasks(),
-        fenced=lambda: WriteFencedError("fenced"),
-        lac_eager=eager,
-    )
+    appender = _appender(handle, eager)
     loop = asyncio.get_running_loop()
     seen: list[list[int]] = []
 
