@@ -62,6 +62,7 @@ from common import (
     journal_settings,
     parse_sets,
     percentiles,
+    scrape,
 )
 
 from dlog.bookie.main import install_event_loop_policy, tune_runtime
@@ -198,15 +199,6 @@ def server_percentiles(before: dict[float, float], after: dict[float, float]) ->
     else:
         out["server_max_ms_le"] = round(worst[-1] * 1000, 3)
     return out
-
-
-def scrape(port: int, name: str) -> float:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        if re.match(rf"^{re.escape(name)}(\{{.*\}})? ", line):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 class Load:

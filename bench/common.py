@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import shutil
 import signal
 import sys
 import tempfile
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from typing import Any
 from dlog.conf.dlog import KEY_ALIASES, DLogConfig
 from dlog.errors import ConfigError
 from dlog.sandbox.bookies import BookieProcess, bookie_config, wait_serving
-from dlog.sandbox.zookeeper import ZooKeeperServer
+from dlog.sandbox.zookeeper import ZooKeeperServer, free_port
 
 #: Bookie settings the client benchmarks use: synced journal, entry-log
 #: writeback spread out (journal and entry logs share one disk here), and
@@ -139,6 +141,17 @@ def journal_settings(conf: Any) -> dict[str, Any]:
     return {k: props[k] for k in JOURNAL_KEYS}
 
 
+def scrape(port: int, name: str) -> float:
+    """The value of metric ``name`` on the endpoint at ``port``, summed over
+    its labels."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if re.match(rf"^{re.escape(name)}(\{{.*\}})? ", line):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 def start_bookies(procs: list[BookieProcess]) -> None:
     """Start all at once, then wait for each to serve."""
     for b in procs:
@@ -154,9 +167,13 @@ def local_cluster(
     directory: Path | None,
     prefix: str,
     started: int | None = None,
+    *,
+    metrics: bool = False,
 ) -> Iterator[tuple[ZooKeeperServer, list[BookieProcess], str]]:
     """ZooKeeper and ``bookies`` bookie processes, the first ``started``
     (default all) running; yields (zk, bookies, metadata service URI).
+    With ``metrics`` each bookie serves Prometheus metrics on a port of its
+    own on 127.0.0.1 (its ``conf.prometheus_stats_http_port``).
     SIGTERM and Ctrl-C stop everything cleanly (exit 130); a temporary
     directory is removed afterwards."""
 
@@ -173,7 +190,20 @@ def local_cluster(
         zk.start()
         ledgers_uri = f"zk+hierarchical://{zk.connect_string}/ledgers"
         procs = [
-            BookieProcess(base / f"bookie-{i}", ledgers_uri, **bookie_settings)
+            BookieProcess(
+                base / f"bookie-{i}",
+                ledgers_uri,
+                **(
+                    {
+                        "enableStatistics": True,
+                        "prometheusStatsHttpAddress": "127.0.0.1",
+                        "prometheusStatsHttpPort": free_port(),
+                    }
+                    if metrics
+                    else {}
+                ),
+                **bookie_settings,
+            )
             for i in range(bookies)
         ]
         start_bookies(procs[:started])

@@ -8,7 +8,11 @@ Three modes, each on its own stream with its settings printed:
 * **Throughput** (the user's defaults): one writer keeps ``--in-flight``
   records outstanding for ``--seconds`` after a warm-up, in bulk writes of
   ``--bulk`` records (``write_bulk_nowait``: one future per bulk); then a
-  moderate load, ``--moderate-in-flight`` records outstanding; then
+  moderate load, ``--moderate-in-flight`` records outstanding, in steady
+  state: it first runs until every bookie has completed two checkpoints
+  (flushing what full load left in its write cache), and its window holds
+  two checkpoints of its own (``--moderate-seconds``, default 2.5
+  flushIntervals), counted per bookie from the bookies' metrics; then
   ``--single-seconds`` of one ``write_nowait`` per record (a future each).
 * **Light load** (``writerOutputBufferSize=0``, ``enableImmediateFlush=true``:
   every record sent at once, its LAC published as soon as it completes):
@@ -21,7 +25,9 @@ A record's write latency runs from the call that wrote it to its DLSN.
 Every payload starts with the send time (``time.monotonic_ns``, 8 bytes
 big-endian; the clock is the machine's, shared by every process); a
 reader tailing the stream in another process measures writer-to-reader
-latency when the record reaches its application.
+latency when the record reaches its application, and the p99 of each
+second of the window (the reader falling behind, or a checkpoint's stall,
+shows there).
 
 In the same run, on the same bookies and client, the baseline: pipelined
 1 KiB ledger appends (dlog.ledger.client.BookKeeper, E3 W2 A2, as
@@ -60,6 +66,7 @@ from common import (
     parse_sets,
     percentiles,
     reported_dlog_settings,
+    scrape,
 )
 from ledger_throughput import closed_loop
 
@@ -348,6 +355,15 @@ async def close_all(writer: LogWriter, tail: Tail | None) -> None:
         await writer.close()
 
 
+async def checkpoints(args: argparse.Namespace) -> list[float]:
+    """How many checkpoints each bookie has completed (from its metrics,
+    scraped off the loop so the writer keeps going)."""
+    return [
+        await asyncio.to_thread(scrape, port, "bookie_checkpoint_latency_seconds_count")
+        for port in args.bookie_metrics_ports
+    ]
+
+
 async def dlog_phase(log: LogManager, args: argparse.Namespace) -> dict[str, Any]:
     """Full load (``--in-flight`` records outstanding: throughput, latency
     mostly queueing), a moderate load (``--moderate-in-flight``), then
@@ -361,9 +377,37 @@ async def dlog_phase(log: LogManager, args: argparse.Namespace) -> dict[str, Any
         full, txid = await closed_loop_window(
             writer, tail, warm["next_txid"], args.in_flight, args.seconds, args.bulk
         )
+        # Settle at the moderate load first: the full-load window leaves
+        # hundreds of MB in each bookie's write cache, and the checkpoints
+        # flushing them belong to that window, not to a steady moderate
+        # load. Every bookie must complete two checkpoints (the second
+        # started after full load ended), for at most 2.5 flushIntervals;
+        # then the window holds the moderate load's own checkpoints
+        # (2.5 flushIntervals: two of each bookie's), and the report prints
+        # how long settling took and how many checkpoints the window held.
+        settle_start = time.monotonic()
+        done = [c + 2 for c in await checkpoints(args)]
+        while time.monotonic() - settle_start < 2.5 * args.flush_interval_s and any(
+            c < d for c, d in zip(await checkpoints(args), done, strict=True)
+        ):
+            settle = await write_window(writer, txid, args.moderate_in_flight, 1.0, args.bulk)
+            if settle["errors"]:
+                return {"error": f"settling at moderate load failed: {settle['errors']}"}
+            txid = settle["next_txid"]
+        settled = time.monotonic() - settle_start
+        cp0 = await checkpoints(args)
         moderate, txid = await closed_loop_window(
-            writer, tail, txid, args.moderate_in_flight, max(2.0, args.seconds / 2), args.bulk
+            writer,
+            tail,
+            txid,
+            args.moderate_in_flight,
+            args.moderate_seconds or max(args.seconds / 2, 2.5 * args.flush_interval_s),
+            args.bulk,
         )
+        moderate["settled_first_s"] = round(settled, 1)
+        moderate["checkpoints_in_window_per_bookie"] = [
+            round(b - a) for a, b in zip(cp0, await checkpoints(args), strict=True)
+        ]
         out = {**full, "moderate_load": moderate}
         if args.single_seconds > 0:
             out["single_record_writes"], txid = await closed_loop_window(
@@ -473,6 +517,12 @@ def main() -> None:
     parser.add_argument(
         "--moderate-in-flight", type=int, default=1_000, help="records outstanding, second window"
     )
+    parser.add_argument(
+        "--moderate-seconds",
+        type=float,
+        default=0.0,
+        help="moderate-load window (default: room for two checkpoints, at least --seconds/2)",
+    )
     parser.add_argument("--ledger-seconds", type=float, default=5.0, help="baseline duration")
     parser.add_argument(
         "--ledger-outstanding", type=int, default=1000, help="baseline appends in flight"
@@ -492,11 +542,13 @@ def main() -> None:
     settings: dict[str, Any] = {**BENCH_BOOKIE_SETTINGS, **parse_sets(args.bookie_set)}
     dlog_config("zk+hierarchical://127.0.0.1:2181/ledgers", args)  # bad --set fails early
     install_event_loop_policy()
-    with local_cluster(args.bookies, settings, args.dir, "dlog-bench-write-") as (
+    with local_cluster(args.bookies, settings, args.dir, "dlog-bench-write-", metrics=True) as (
         zk,
         bookies,
         ledgers_uri,
     ):
+        args.bookie_metrics_ports = [b.conf.prometheus_stats_http_port for b in bookies]
+        args.flush_interval_s = bookies[0].conf.flush_interval / 1000
         conf = dlog_config(ledgers_uri, args)
         light_conf = light_config(ledgers_uri, args)
         uri = args.uri = f"distributedlog://{zk.connect_string}/bench"

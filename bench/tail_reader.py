@@ -45,13 +45,35 @@ class Window:
     def __init__(self, first_txid: int) -> None:
         self.first_txid = first_txid
         self.started = time.perf_counter()
+        self.started_ns = time.monotonic_ns()
         self.latencies: list[int] = []
+        #: (second of the window, index into latencies): where each second's
+        #: reads begin, for the per-second p99.
+        self.seconds: list[tuple[int, int]] = []
+
+    def add(self, received_ns: int, latencies: list[int]) -> None:
+        second = (received_ns - self.started_ns) // 1_000_000_000
+        if not self.seconds or self.seconds[-1][0] != second:
+            self.seconds.append((second, len(self.latencies)))
+        self.latencies += latencies
+
+    def p99_by_second(self) -> list[float]:
+        """The p99 of the records read in each second of the window (seconds
+        with fewer than 100 left out): a reader falling behind, or a stall,
+        shows here even when the window's p99 hides it."""
+        bounds = [i for _, i in self.seconds] + [len(self.latencies)]
+        out = []
+        for a, b in zip(bounds, bounds[1:], strict=False):
+            if b - a >= 100:
+                out.append(percentiles([s / 1e9 for s in self.latencies[a:b]])["p99_ms"])
+        return out
 
     def report(self, errors: list[str]) -> dict[str, Any]:
         elapsed = time.perf_counter() - self.started
         return {
             "records": len(self.latencies),
             **percentiles([s / 1e9 for s in self.latencies]),
+            "p99_by_second_ms": self.p99_by_second(),
             "reader_records_per_s": round(len(self.latencies) / elapsed) if elapsed else 0,
             "errors": list(errors),
         }
@@ -76,7 +98,7 @@ async def tail(reader: Any, state: dict[str, Any], progress: asyncio.Event) -> N
             if window is not None and batch[-1].txid >= window.first_txid:
                 if first < window.first_txid:
                     batch = batch[window.first_txid - first :]
-                window.latencies += [t - unpack(r.payload)[0] for r in batch]
+                window.add(t, [t - unpack(r.payload)[0] for r in batch])
             progress.set()
     except asyncio.CancelledError:
         raise
