@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import os
 import struct
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from dlog.bookie import entry_log as el
 from dlog.bookie.entry_log import (
@@ -426,6 +429,95 @@ def test_logger_needs_a_directory() -> None:
 # ---------------------------------------------------------------------------
 # SingleActiveEntryLogManager
 # ---------------------------------------------------------------------------
+
+
+# A flush hands each ledger's entries over in batches. Each batch must land
+# exactly as the same entries added one at a time would: same locations,
+# same bytes, the same syncs (flushEntrylogBytes), the same log rotations.
+# Payloads of a few sizes (entries of 20, 40 or 100 bytes with their 4-byte
+# size prefix), so that entries often end exactly at a log's limit or at
+# flushEntrylogBytes, or of any size.
+_sizes = st.one_of(
+    st.sampled_from([0, 20, 80]).flatmap(lambda n: st.lists(st.just(n), min_size=1, max_size=60)),
+    st.lists(st.sampled_from([0, 20, 80]), min_size=1, max_size=60),
+    st.lists(st.integers(0, 600), min_size=1, max_size=60),
+)
+
+
+_cuts = st.lists(st.integers(1, 60), max_size=6)
+
+
+def _batches(entries: list[bytes], cuts: list[int]) -> list[list[bytes]]:
+    """``entries`` split at ``cuts`` (those past the end ignored)."""
+    n = len(entries)
+    ends = sorted({c for c in cuts if c < n} | {n})
+    return [entries[a:b] for a, b in zip([0, *ends], ends, strict=False)]
+
+
+def _record_syncs(monkeypatch: pytest.MonkeyPatch) -> dict[int, list[int]]:
+    """Each file's size at each of its fdatasyncs, by descriptor."""
+    syncs: dict[int, list[int]] = {}
+    real = el.fileio.fdatasync
+
+    def fdatasync(fd: int, point: str) -> None:
+        syncs.setdefault(fd, []).append(os.fstat(fd).st_size)
+        real(fd, point)
+
+    monkeypatch.setattr(el.fileio, "fdatasync", fdatasync)
+    return syncs
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(sizes=_sizes, every=st.sampled_from([0, 1, 300, 400, 2000, 9000]), cuts=_cuts)
+@example(sizes=[0] * 16, every=300, cuts=[])  # the 15th entry ends at flushEntrylogBytes
+def test_a_batch_lands_as_its_entries_one_at_a_time(
+    monkeypatch: pytest.MonkeyPatch, sizes: list[int], every: int, cuts: list[int]
+) -> None:
+    entries = [entry(7, i, bytes([i % 251]) * n) for i, n in enumerate(sizes)]
+    batches = _batches(entries, cuts)
+    syncs = _record_syncs(monkeypatch)
+    with tempfile.TemporaryDirectory() as d:
+        one = EntryLogFile(Path(d), 1, flush_every_bytes=every)
+        batched = EntryLogFile(Path(d), 2, flush_every_bytes=every)
+        expected = [one.add(7, e) for e in entries]
+        got = [loc for b in batches for loc in batched.add_batch(7, b)]
+        assert [split_location(x)[1] for x in got] == [split_location(x)[1] for x in expected]
+        assert {split_location(x)[0] for x in got} == {2}
+        assert syncs.get(batched._fd) == syncs.get(one._fd)  # the same syncs, at the same bytes
+        one.flush()
+        batched.flush()
+        assert batched.path.read_bytes() == one.path.read_bytes()
+        one.close_unsealed()
+        batched.close_unsealed()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=_sizes,
+    room=st.one_of(st.sampled_from([1024 + 200, 1024 + 400]), st.integers(1100, 4000)),
+    per_ledger=st.booleans(),
+    cuts=_cuts,
+)
+@example(sizes=[80] * 12, room=1024 + 400, per_ledger=False, cuts=[])  # 4 entries fill a log
+def test_a_manager_splits_a_batch_across_logs_as_one_at_a_time(
+    sizes: list[int], room: int, per_ledger: bool, cuts: list[int]
+) -> None:
+    entries = [entry(3, i, b"m" * n) for i, n in enumerate(sizes)]
+    batches = _batches(entries, cuts)
+    with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+        one = create_entry_log_manager(
+            EntryLogger([Path(a)]), log_size_limit=room, per_ledger=per_ledger
+        )
+        batched = create_entry_log_manager(
+            EntryLogger([Path(b)]), log_size_limit=room, per_ledger=per_ledger
+        )
+        expected = [one.add_entry(3, e) for e in entries]
+        got = [loc for batch in batches for loc in batched.add_entries(3, batch)]
+        assert got == expected
+        one.close()
+        batched.close()
 
 
 def test_single_active_rotates_at_size_limit(tmp_path: Path) -> None:
