@@ -108,7 +108,13 @@ _REPORTED_KEYS = (
 
 
 def ms(samples_ns: list[int]) -> dict[str, float]:
-    return percentiles([s / 1e9 for s in samples_ns])
+    """Percentiles and the maximum, in ms. The maximum matters in a closed
+    loop: a stall there delays only the records in flight, too few to move
+    even the p999."""
+    return {
+        **percentiles([s / 1e9 for s in samples_ns]),
+        "max_ms": round(max(samples_ns, default=0) / 1e6, 3),
+    }
 
 
 class Tail:
