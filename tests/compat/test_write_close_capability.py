@@ -24,6 +24,7 @@ from dlog.protocol.bookkeeper_pb2 import Request
 from dlog.sandbox.zookeeper import free_port
 from dlog.zk import ZooKeeper
 from tests.bookie_relay import BookieRelay
+from tests.waiting import eventually
 
 WRITE_CLOSE_LABEL = m.OP_NAMES[m.WRITE_CLOSE].lower()
 
@@ -69,13 +70,6 @@ async def legacy_bookie(
     await proxy.stop()
 
 
-async def wait_until(check: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.02)
-
-
 def registration(zk_root: str, bookie_id: str) -> str:
     return f"{zk_root}/ledgers/available/{bookie_id}"
 
@@ -98,7 +92,7 @@ async def test_a_bookie_registered_without_data_is_never_sent_write_close(
         await wh.close()
         # Reads in flight on the pooled connection while the hints go out.
         reads = [asyncio.ensure_future(conn.read_entry(wh.ledger_id, e)) for e in range(10)]
-        await wait_until(lambda: bk.write_close_outcomes.get(("success",)) == 1)
+        await eventually(lambda: bk.write_close_outcomes.get(("success",)) == 1)
         assert [r.status for r in await asyncio.gather(*reads)] == [m.pb.EOK] * 10
 
         assert bk.write_close_skipped.get() == 1
@@ -142,7 +136,7 @@ async def test_registration_changes_are_followed(
         wh = await bk.create_ledger(3, 3, 2, password=b"pw")
         await wh.append(b"x")
         await wh.close()
-        await wait_until(lambda: bk.write_close_outcomes.get(("success",)) == 1)
+        await eventually(lambda: bk.write_close_outcomes.get(("success",)) == 1)
         assert bk.write_close_skipped.get() == 1
         assert write_closes_received(target) == 0
         assert [write_closes_received(b) for b in bookies[:2]] == [1, 1]
@@ -155,7 +149,7 @@ async def test_registration_changes_are_followed(
         wh2 = await bk.create_ledger(3, 3, 2, password=b"pw")
         await wh2.append(b"y")
         await wh2.close()
-        await wait_until(lambda: bk.write_close_outcomes.get(("success",)) == 2)
+        await eventually(lambda: bk.write_close_outcomes.get(("success",)) == 2)
         assert bk.write_close_skipped.get() == 1
         assert [write_closes_received(b) for b in bookies] == [2, 2, 1]
 
@@ -166,7 +160,7 @@ async def test_read_only_bookie_keeps_its_advertisement(make_bookie, ledgers_uri
     bookies = [await make_bookie(f"b{i}") for i in range(3)]
     async with BookKeeper(ledgers_uri) as bk:
         await bookies[0].registration.set_read_only(True)
-        await wait_until(lambda: bookies[0].bookie_id in bk.readonly_bookies())
-        await wait_until(lambda: bookies[0].bookie_id not in bk.writable_bookies())
+        await eventually(lambda: bookies[0].bookie_id in bk.readonly_bookies())
+        await eventually(lambda: bookies[0].bookie_id not in bk.writable_bookies())
         info = await bk.watcher.service_info(bookies[0].bookie_id)
         assert info is not None and info.supports_write_close

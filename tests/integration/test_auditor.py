@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,6 +16,7 @@ from dlog.conf.bookie import BookieConfig
 from dlog.ledger.client import BookKeeper
 from dlog.ledger.metadata import LedgerCreateContext
 from dlog.ledger.underreplication import UnderreplicationManager
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.asyncio
 
@@ -24,13 +25,6 @@ QUIET = {
     "auditorPeriodicCheckInterval": 0,
     "auditorPeriodicOrphanedLedgerCheckInterval": 0,
 }
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.1)
 
 
 @pytest.fixture
@@ -52,7 +46,7 @@ async def env(make_bookie, ledgers_uri) -> AsyncIterator[dict[str, Any]]:  # typ
         await a.start()
         auditors.append(a)
         # the start-up bookie check is done (it would see a bookie stopped meanwhile at once)
-        await eventually(lambda: asyncio.sleep(0, a.metrics.check_duration["bookie"].count >= 1))
+        await eventually(lambda: a.metrics.check_duration["bookie"].count >= 1)
         return a
 
     yield {"bk": bk, "urm": urm, "bookies": bookies, "auditor": auditor, "make": make_bookie}
@@ -76,9 +70,7 @@ async def marked(urm: UnderreplicationManager) -> dict[int, tuple[str, ...]]:
 
 async def stop_bookie(env: dict[str, Any], bookie_id: str) -> None:
     await env["bookies"][bookie_id][1].stop()
-    await eventually(
-        lambda: asyncio.sleep(0, bookie_id not in env["bk"].watcher.writable), timeout=10
-    )
+    await eventually(lambda: bookie_id not in env["bk"].watcher.writable, timeout=10)
 
 
 async def restart_bookie(env: dict[str, Any], bookie_id: str) -> None:
@@ -124,9 +116,9 @@ async def test_a_bookie_back_in_time_is_not_audited(env: dict[str, Any]) -> None
     victim = (await bk.ledger_metadata(ledger)).ensembles[0][1][0]
     auditor = await env["auditor"](lostBookieRecoveryDelay=4)
     await stop_bookie(env, victim)
-    await eventually(lambda: asyncio.sleep(0, auditor.audit_pending), timeout=5)
+    await eventually(lambda: auditor.audit_pending, timeout=5)
     await restart_bookie(env, victim)
-    await eventually(lambda: asyncio.sleep(0, not auditor.audit_pending), timeout=5)
+    await eventually(lambda: not auditor.audit_pending, timeout=5)
     await asyncio.sleep(5)
     assert await marked(urm) == {}
     assert auditor.metrics.audits_cancelled.get() == 1
@@ -138,7 +130,7 @@ async def test_the_delay_changed_at_run_time(env: dict[str, Any]) -> None:
     victim = (await bk.ledger_metadata(ledger)).ensembles[0][1][1]
     auditor = await env["auditor"](lostBookieRecoveryDelay=600)
     await stop_bookie(env, victim)
-    await eventually(lambda: asyncio.sleep(0, auditor.audit_pending), timeout=5)
+    await eventually(lambda: auditor.audit_pending, timeout=5)
     # shortened: the pending audit is scheduled again with the new delay
     await urm.set_lost_bookie_recovery_delay(2)
     await asyncio.sleep(0.8)

@@ -18,8 +18,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import subprocess
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from dlog.ledger.fragments import fragments, stored_entries
 from dlog.ledger.replicator import find_fragments
 from dlog.ledger.underreplication import UnderreplicationManager
 from tests.cli import dlog, ok
+from tests.waiting import eventually
 
 QUIET = {
     "auditorPeriodicBookieCheckInterval": 0,  # once, at start
@@ -113,13 +113,6 @@ async def damage_header(service: Any, ledger_id: int, entry_id: int) -> None:
         patch(path, pos + 4 + 8, struct.pack(">q", entry_id + 1_000_000))
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.1)
-
-
 @pytest.fixture
 async def env(make_bookie, ledgers_uri) -> AsyncIterator[dict[str, Any]]:  # type: ignore[no-untyped-def]
     bookies = {}
@@ -149,7 +142,7 @@ async def env(make_bookie, ledgers_uri) -> AsyncIterator[dict[str, Any]]:  # typ
         a = Auditor(bk, urm, conf(percentage))
         await a.start()
         started.append(a)
-        await eventually(lambda: asyncio.sleep(0, a.metrics.check_duration["bookie"].count >= 1))
+        await eventually(lambda: a.metrics.check_duration["bookie"].count >= 1)
         return a
 
     async def worker(percentage: int) -> ReplicationWorker:
@@ -199,7 +192,7 @@ async def repaired(env: dict[str, Any], ledger_id: int, bad: str, percentage: in
     """The worker replaces ``bad`` in the ledger; then every replica verifies."""
     bk, urm = env["bk"], env["urm"]
     w = await env["worker"](percentage)
-    await eventually(lambda: asyncio.sleep(0, w.ledgers_replicated.get() >= 1))
+    await eventually(lambda: w.ledgers_replicated.get() >= 1)
     assert await urm.get(ledger_id) is None
     md = await bk.ledger_metadata(ledger_id)
     assert bad not in md.bookies()

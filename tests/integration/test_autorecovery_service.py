@@ -8,9 +8,7 @@ import asyncio
 import os
 import signal
 import sys
-import time
 import urllib.request
-from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -19,6 +17,7 @@ from dlog.autorecovery.service import AutoRecovery
 from dlog.conf.bookie import BookieConfig
 from dlog.sandbox.zookeeper import free_port
 from dlog.zk import ZooKeeper
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.asyncio
 
@@ -26,13 +25,6 @@ QUIET = {
     "auditorPeriodicCheckInterval": 0,
     "auditorPeriodicOrphanedLedgerCheckInterval": 0,
 }
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.1)
 
 
 def _get(url: str) -> str:

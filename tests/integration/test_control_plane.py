@@ -5,7 +5,7 @@ the settings that place it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 
 import grpc
 import pytest
@@ -19,6 +19,7 @@ from dlog.protocol import admin_pb2 as pb
 from dlog.protocol import bookie_service_info as bsi
 from dlog.sandbox.zookeeper import free_port
 from dlog.zk import ZooKeeper
+from tests.waiting import eventually
 
 SERVING = "SERVING"
 NOT_SERVING = "NOT_SERVING"
@@ -45,13 +46,6 @@ async def admin(target: str, method: str, request: object) -> object:
             response_deserializer=m.response.FromString,
         )
         return await call(request, timeout=10)
-
-
-async def eventually(probe: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await probe():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
 
 
 def target(bookie: BookieService) -> str:
@@ -88,15 +82,15 @@ async def test_health_follows_read_only_and_shutdown(
             seen.append(name(reply.status))
 
     follower = asyncio.ensure_future(follow())
-    await eventually(lambda: _true(seen == [SERVING]))
+    await eventually(lambda: seen == [SERVING])
 
     bookie.core.set_read_only("test: disks full", True)
     await eventually(lambda: _is(check(t), NOT_SERVING))
     assert await check(t, "dlog.bookie") == NOT_SERVING
-    await eventually(lambda: _true(seen == [SERVING, NOT_SERVING]))
+    await eventually(lambda: seen == [SERVING, NOT_SERVING])
     bookie.core.set_read_only("test: disks full", False)
     await eventually(lambda: _is(check(t), SERVING))
-    await eventually(lambda: _true(seen == [SERVING, NOT_SERVING, SERVING]))
+    await eventually(lambda: seen == [SERVING, NOT_SERVING, SERVING])
 
     at_unregister: list[str] = []
     unregister = BookieRegistration.unregister
@@ -115,10 +109,6 @@ async def test_health_follows_read_only_and_shutdown(
 
 async def _is(status: Awaitable[str], expected: str) -> bool:
     return await status == expected
-
-
-async def _true(value: bool) -> bool:
-    return value
 
 
 async def test_admin_rpcs_against_real_bookies(make_bookie, ledgers_uri: str) -> None:  # type: ignore[no-untyped-def]

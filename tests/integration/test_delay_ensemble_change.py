@@ -34,6 +34,7 @@ from dlog.ledger.write_handle import WriteHandle
 from dlog.namespace import Namespace
 from dlog.sandbox.cluster import Sandbox
 from tests.cli import cli_env
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -81,13 +82,6 @@ async def append_until_failure(wh: WriteHandle, deadline: float = 15.0) -> NotEn
     raise AssertionError(f"appends still succeed {deadline}s after the bookie died: {wh!r}")
 
 
-async def wait_for(predicate, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    stop = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < stop, "timed out"
-        await asyncio.sleep(0.05)
-
-
 async def append_until(wh: WriteHandle, predicate, first: int, timeout: float = 20.0) -> int:  # type: ignore[no-untyped-def]
     """Append ``e<first>``, ``e<first+1>``... until ``predicate()`` (a
     gracefully stopped bookie's failure shows only as its adds time out);
@@ -107,7 +101,7 @@ async def lost_connection(bk: BookKeeper, bookie: str) -> None:
     writer between two batches does: the next entry's send to it must first
     reconnect, and fails only after the live bookies acknowledged the entry
     (the issue's case: that late failure used to be ignored)."""
-    await wait_for(lambda: bk.pool.connected(bookie) is None)
+    await eventually(lambda: bk.pool.connected(bookie) is None)
 
 
 # -- three bookie processes, one killed -9 ------------------------------------------
@@ -165,7 +159,7 @@ def test_delay_ensemble_change_writes_on_at_the_ack_quorum(
             # The failed send to the victim surfaces after its reconnect
             # attempts; the appends above may all have completed at the ack
             # quorum before it does.
-            await wait_for(lambda: wh.skipped_bookies == {2: victim.bookie_id})
+            await eventually(lambda: wh.skipped_bookies == {2: victim.bookie_id})
             ids = await asyncio.gather(*(wh.append_nowait(b"e%d" % i) for i in range(220, 520)))
             assert ids == list(range(220, 520))
             assert wh.skipped_bookies == {2: victim.bookie_id}
@@ -255,7 +249,7 @@ async def test_delay_ensemble_change_replaces_the_lost_bookie_once_one_appears(
         assert wh.skipped_bookies == {0: victim.bookie_id}
         assert unavailable(bk) == 1
         spare = await make_bookie("b3")
-        await wait_for(lambda: spare.bookie_id in bk.writable_bookies())
+        await eventually(lambda: spare.bookie_id in bk.writable_bookies())
         # The next append finds the spare and changes the ensemble first.
         for i in range(n, n + 40):
             assert await wh.append(b"e%d" % i) == i

@@ -23,6 +23,7 @@ from dlog.ledger.metadata_store import LedgerMetadataStore
 from dlog.ledger.underreplication import mark_underreplicated
 from dlog.uri import parse_metadata_service_uri
 from dlog.zk import ZooKeeper
+from tests.waiting import eventually
 
 PAYLOAD = b"p" * 4052
 PER_LEDGER = 64
@@ -80,13 +81,6 @@ def logs_on_disk(bookie: BookieService) -> set[int]:
 def stored(bookie: BookieService) -> set[int]:
     assert bookie.core.storage is not None
     return {lid for d in bookie.core.storage.dirs for lid in d.ledger_index.ledgers()}
-
-
-async def eventually(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        await asyncio.sleep(0.05)
 
 
 async def stays(check: Callable[[], bool], seconds: float, what: str) -> None:

@@ -6,8 +6,6 @@ the lock for its grace period; stop() gives back what it holds."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable, Callable
 
 from dlog.autorecovery import worker as worker_module
 from dlog.autorecovery.worker import ReplicationWorker
@@ -16,6 +14,7 @@ from dlog.ledger.client import BookKeeper
 from dlog.ledger.fragments import fragments, stored_entries
 from dlog.ledger.metadata import LedgerState
 from dlog.ledger.underreplication import UnderreplicationManager
+from tests.waiting import eventually
 
 
 def conf(**settings: object) -> BookieConfig:
@@ -29,13 +28,6 @@ def conf(**settings: object) -> BookieConfig:
     return BookieConfig.from_mapping(base, "test")
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
-
-
 async def start_bookies(make_bookie, n: int) -> dict:  # type: ignore[no-untyped-def]
     bookies = [await make_bookie(f"b{i}") for i in range(n)]
     return {b.bookie_id: b for b in bookies}
@@ -43,13 +35,7 @@ async def start_bookies(make_bookie, n: int) -> dict:  # type: ignore[no-untyped
 
 async def stop_for_good(bk: BookKeeper, bookie) -> None:  # type: ignore[no-untyped-def]
     await bookie.stop()
-    await eventually(
-        lambda: _true(bookie.bookie_id not in bk.watcher.writable | bk.watcher.readonly)
-    )
-
-
-async def _true(value: bool) -> bool:
-    return value
+    await eventually(lambda: bookie.bookie_id not in bk.watcher.writable | bk.watcher.readonly)
 
 
 async def new_manager(bk: BookKeeper, owner: str) -> UnderreplicationManager:
@@ -93,7 +79,7 @@ async def test_worker_restores_a_marked_ledger(make_bookie, ledgers_uri: str) ->
         worker = ReplicationWorker(bk, urm, conf())
         await worker.start()
         try:
-            await eventually(lambda: _true(worker.ledgers_replicated.get() == 2))
+            await eventually(lambda: worker.ledgers_replicated.get() == 2)
             assert await urm.get(lid) is None and await urm.get(gone) is None
             assert not await urm.is_ledger_being_replicated(lid)
             assert await fully_on_live_bookies(bk, lid)
@@ -118,7 +104,7 @@ async def test_two_workers_never_hold_the_same_ledger(
         dead = next(iter(bookies))
         await stop_for_good(bk, bookies[dead])
         for b in (bk1, bk2):
-            await eventually(lambda b=b: _true(dead not in b.watcher.writable))
+            await eventually(lambda b=b: dead not in b.watcher.writable)
         admin = await new_manager(bk, "admin")
         for lid in lids:
             await admin.mark(lid, [dead])
@@ -175,13 +161,13 @@ async def test_a_failed_ledger_is_retried_after_its_grace(make_bookie, ledgers_u
         await worker.start()
         try:
             # No bookie to copy to: the attempt fails, the lock stays a while.
-            await eventually(lambda: _true(worker.ledgers_failed.get() >= 1))
+            await eventually(lambda: worker.ledgers_failed.get() >= 1)
             assert await urm.get(lid) is not None
             assert await urm.is_ledger_being_replicated(lid)
             await asyncio.sleep(0.5)
             assert worker.ledgers_failed.get() == 1  # not retried in a loop
             await make_bookie("b9")
-            await eventually(lambda: _true(worker.ledgers_replicated.get() == 1))
+            await eventually(lambda: worker.ledgers_replicated.get() == 1)
             assert await urm.get(lid) is None
             assert await fully_on_live_bookies(bk, lid)
         finally:
@@ -202,12 +188,12 @@ async def test_open_ledger_is_fenced_after_the_grace_period(make_bookie, ledgers
         worker = ReplicationWorker(bk, urm, conf(openLedgerRereplicationGracePeriod=1000))
         await worker.start()
         try:
-            await eventually(lambda: _true(worker.ledgers_deferred.get() == 1))
+            await eventually(lambda: worker.ledgers_deferred.get() == 1)
             # Within the grace period the writer's ledger stays open and locked.
             md = await bk.ledger_metadata(wh.ledger_id)
             assert md.state is LedgerState.OPEN
             assert await urm.is_ledger_being_replicated(wh.ledger_id)
-            await eventually(lambda: _true(worker.ledgers_replicated.get() == 1))
+            await eventually(lambda: worker.ledgers_replicated.get() == 1)
             md = await bk.ledger_metadata(wh.ledger_id)
             assert md.state is LedgerState.CLOSED and md.last_entry_id == 11
             assert dead not in md.bookies()
@@ -229,7 +215,7 @@ async def test_stop_releases_the_lock_it_holds(make_bookie, ledgers_uri: str) ->
         await urm.mark(wh.ledger_id, [dead])
         worker = ReplicationWorker(bk, urm, conf(openLedgerRereplicationGracePeriod=600000))
         await worker.start()
-        await eventually(lambda: _true(worker.ledgers_deferred.get() == 1))
+        await eventually(lambda: worker.ledgers_deferred.get() == 1)
         assert await urm.is_ledger_being_replicated(wh.ledger_id)
         await worker.stop()
         assert not worker.running

@@ -4,13 +4,12 @@ checkpoint, and a failed add rotates it before the error goes out."""
 
 from __future__ import annotations
 
-import asyncio
-
 from dlog import failpoints
 from dlog.errors import EIO, EOK
 from dlog.ledger.client import BookKeeper
 from tests.integration.test_bookie_server import KEY, connect, entry
 from tests.integration.test_entry_log_per_ledger_config import ledger_dirs, logs_on_disk
+from tests.waiting import eventually
 
 PER_LEDGER = {"entryLogPerLedgerEnabled": True, "flushInterval": 600000}
 
@@ -18,13 +17,6 @@ PER_LEDGER = {"entryLogPerLedgerEnabled": True, "flushInterval": 600000}
 def sealed(bookie, lid: int) -> list[bool]:  # type: ignore[no-untyped-def]
     """For each entry log holding ``lid``: whether it is sealed."""
     return [x.sealed for x in logs_on_disk(ledger_dirs(bookie)) if lid in x.ledgers]
-
-
-async def wait_until(check, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.02)
 
 
 async def test_a_client_close_seals_the_ledgers_log_at_the_next_checkpoint(
@@ -42,7 +34,7 @@ async def test_a_client_close_seals_the_ledgers_log_at_the_next_checkpoint(
         assert all(sealed(b, closed.ledger_id) == [False] for b in bookies)
 
         await closed.close()
-        await wait_until(lambda: bk.write_close_outcomes.get(("success",)) == 1)
+        await eventually(lambda: bk.write_close_outcomes.get(("success",)) == 1)
         for b in bookies:
             await b.core.checkpointer.checkpoint()
         # The closed ledger's log is sealed everywhere; the open one's is not.

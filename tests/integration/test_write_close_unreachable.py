@@ -15,7 +15,7 @@ from dlog.protocol import messages as m
 from dlog.protocol.bookkeeper_pb2 import Request
 from dlog.sandbox.zookeeper import free_port
 from tests.bookie_relay import BookieRelay
-from tests.integration.test_write_close_bookie import wait_until
+from tests.waiting import eventually
 
 #: The close must return well before a write close could time out.
 TIMEOUT = 10
@@ -55,7 +55,7 @@ async def test_close_does_not_wait_on_hanging_failing_or_dead_bookies(
         await wh.close()
         assert time.monotonic() - t0 < 2.0, "the close waited on a write close"
         assert (await bk.ledger_metadata(wh.ledger_id)).last_entry_id == 4
-        await wait_until(lambda: len(hanging_bookie.held) == 1)
+        await eventually(lambda: len(hanging_bookie.held) == 1)
         assert wh.ledger_id in healthy.core.storage.storage_for(wh.ledger_id).manager.write_closed
         assert bk.write_close_outcomes.values == {}  # still waiting on the hanging one
 
@@ -85,7 +85,7 @@ async def test_a_partial_write_close_is_counted_and_never_raised(
             wh = await bk.create_ledger(3, 3, 2, password=b"pw")
             await wh.append(b"x")
             await wh.close()
-            await wait_until(lambda: bool(bk.write_close_outcomes.values))
+            await eventually(lambda: bool(bk.write_close_outcomes.values))
             assert bk.write_close_outcomes.values == {("partial",): 1}
             assert all(
                 wh.ledger_id in b.core.storage.storage_for(wh.ledger_id).manager.write_closed
@@ -108,6 +108,6 @@ async def test_a_bookie_down_at_close_time_is_skipped(make_bookie, ledgers_uri: 
         t0 = time.monotonic()
         await wh.close()
         assert time.monotonic() - t0 < 2.0
-        await wait_until(lambda: bool(bk.write_close_outcomes.values))
+        await eventually(lambda: bool(bk.write_close_outcomes.values))
         assert bk.write_close_outcomes.values == {("success",): 1}
         assert bk.write_close_skipped.get() == 1
