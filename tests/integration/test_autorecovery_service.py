@@ -8,7 +8,6 @@ import asyncio
 import os
 import signal
 import sys
-import urllib.request
 
 import pytest
 
@@ -17,6 +16,7 @@ from dlog.autorecovery.service import AutoRecovery
 from dlog.conf.bookie import BookieConfig
 from dlog.sandbox.zookeeper import free_port
 from dlog.zk import ZooKeeper
+from tests.metrics import scrape
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.asyncio
@@ -25,11 +25,6 @@ QUIET = {
     "auditorPeriodicCheckInterval": 0,
     "auditorPeriodicOrphanedLedgerCheckInterval": 0,
 }
-
-
-def _get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return str(r.read().decode())
 
 
 def ledgers_root(uri: str) -> str:
@@ -114,7 +109,7 @@ async def test_the_autorecovery_command_stops_on_sigterm(
             return await current_auditor(zk, root) == "cli-ar"
 
         await eventually(elected, 30)
-        metrics = await asyncio.to_thread(_get, f"http://127.0.0.1:{metrics_port}/metrics")
+        metrics = await asyncio.to_thread(scrape, metrics_port)
         assert "auditor_lost_bookies_total" in metrics
         proc.send_signal(signal.SIGTERM)
         out, _ = await asyncio.wait_for(proc.communicate(), 30)

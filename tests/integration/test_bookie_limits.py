@@ -9,7 +9,6 @@ import asyncio
 import re
 import struct
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from dlog.protocol import messages as m
 from dlog.protocol.frame import FrameDecoder, encode_frame
 from dlog.sandbox.bookies import BookieProcess
 from dlog.sandbox.zookeeper import free_port
+from tests.metrics import metric, scrape
 
 KEY = DigestManager(1, CRC32C, b"pw").master_key
 
@@ -100,19 +100,6 @@ def hold_adds(bookie: BookieService, delay: float) -> None:
 def vm_rss(pid: int) -> int:
     text = Path(f"/proc/{pid}/status").read_text()
     return int(re.search(r"VmRSS:\s+(\d+) kB", text).group(1)) * 1024  # type: ignore[union-attr]
-
-
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        return r.read().decode()
-
-
-def metric(text: str, name: str, **labels: str) -> float:
-    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    for line in text.splitlines():
-        if line.startswith(f"{name}{{{want}}} ") or (not labels and line.startswith(f"{name} ")):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
 
 
 async def test_slow_loris_is_closed_and_memory_stays_capped(tmp_path, ledgers_uri) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 from dlog.sandbox.bookies import BookieProcess
 from dlog.sandbox.zookeeper import free_port
 from dlog.zk import ZooKeeper
+from tests.metrics import scrape
 
 
 def dlog(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -62,9 +62,7 @@ def test_metrics_endpoint(tmp_path: Path, ledgers_uri: str) -> None:
         prometheusStatsHttpAddress="127.0.0.1",
     ).start()
     try:
-        text = (
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-        )
+        text = scrape(port)
     finally:
         bookie.stop()
     for name in (
