@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from dlog.ledger.replicator import ReplicationOutcome, replicate_ledger
@@ -115,8 +116,28 @@ class ReplicationWorker:
                 continue
             if lid is None:
                 continue
-            if not await self.replicate(lid):
+            if not await self._attempt(lid, self.replicate(lid)):
                 await asyncio.sleep(self.backoff)
+
+    async def _attempt(self, ledger_id: int, work: Awaitable[bool]) -> bool:
+        """Run one attempt on a ledger; an error in it fails the attempt,
+        never the worker. A ZooKeeper error after the copy (the session
+        expired while the mark was being removed, say) leaves the ledger
+        marked, and its lock goes with the session or after the failed
+        grace, so the ledger is taken again; a worker task that died of it
+        would leave every marked ledger unrepaired while AutoRecovery runs on."""
+        try:
+            return await work
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.warning("ledger %d: re-replication did not finish: %s", ledger_id, e)
+            self.ledgers_failed.inc()
+            try:
+                await self.urm.release(ledger_id, delay=self.failed_grace)
+            except Exception as release_error:  # the lock is ephemeral: it goes with the session
+                log.info("could not release the lock of ledger %d: %s", ledger_id, release_error)
+            return False
 
     async def replicate(self, ledger_id: int) -> bool:
         """Re-replicate a ledger whose lock this worker holds; True when its
@@ -170,7 +191,8 @@ class ReplicationWorker:
 
     async def _fence_later(self, ledger_id: int) -> None:
         await asyncio.sleep(self.open_grace)
-        try:
+
+        async def fence_and_finish() -> bool:
             outcome = await replicate_ledger(
                 self.bk,
                 ledger_id,
@@ -179,9 +201,6 @@ class ReplicationWorker:
                 check_entries=True,
                 verify_percentage=self.verify_percentage,
             )
-        except Exception as e:
-            log.warning("ledger %d: fencing to re-replicate failed: %s", ledger_id, e)
-            self.ledgers_failed.inc()
-            await self.urm.release(ledger_id, delay=self.failed_grace)
-            return
-        await self._finish(ledger_id, outcome)
+            return await self._finish(ledger_id, outcome)
+
+        await self._attempt(ledger_id, fence_and_finish())

@@ -10,6 +10,7 @@ import asyncio
 from dlog.autorecovery import worker as worker_module
 from dlog.autorecovery.worker import ReplicationWorker
 from dlog.conf.bookie import BookieConfig
+from dlog.errors import SessionExpiredError
 from dlog.ledger.client import BookKeeper
 from dlog.ledger.fragments import fragments, stored_entries
 from dlog.ledger.metadata import LedgerState
@@ -147,6 +148,49 @@ async def test_two_workers_never_hold_the_same_ledger(
         for u in urms:
             u.close()
         admin.close()
+
+
+async def test_a_zookeeper_error_after_the_copy_fails_the_attempt_not_the_worker(
+    make_bookie, ledgers_uri: str, monkeypatch
+) -> None:
+    """The session expiring while a mark is being removed (a chaos run's
+    ZooKeeper restart did it): that attempt fails, its ledger stays marked
+    and is taken again after the grace, and the worker goes on repairing
+    every marked ledger. A worker task that died of it left every later
+    mark unrepaired while AutoRecovery ran on."""
+    bookies = await start_bookies(make_bookie, 4)
+    async with BookKeeper(ledgers_uri) as bk:
+        lids = [await write_closed(bk) for _ in range(3)]
+        ensembles = [set((await bk.ledger_metadata(lid)).bookies()) for lid in lids]
+        dead = sorted(set.intersection(*ensembles))[0]
+        await stop_for_good(bk, bookies[dead])
+        urm = await new_manager(bk, "w")
+        for lid in lids:
+            await urm.mark(lid, [dead])
+        real = urm.mark_replicated
+        failed: list[int] = []
+
+        async def session_expires_once(ledger_id: int) -> None:
+            if not failed:
+                failed.append(ledger_id)
+                raise SessionExpiredError(path="/ledgers/underreplication/locks")
+            await real(ledger_id)
+
+        monkeypatch.setattr(urm, "mark_replicated", session_expires_once)
+        worker = ReplicationWorker(bk, urm, conf(lockReleaseOfFailedLedgerGracePeriod=200))
+        await worker.start()
+        try:
+            await eventually(
+                lambda: worker.ledgers_replicated.get() == len(lids), what="all repaired"
+            )
+            assert worker.running
+            assert failed and worker.ledgers_failed.get() == 1
+            assert not await urm.list()
+            for lid in lids:
+                assert await fully_on_live_bookies(bk, lid)
+        finally:
+            await worker.stop()
+        urm.close()
 
 
 async def test_a_failed_ledger_is_retried_after_its_grace(make_bookie, ledgers_uri: str) -> None:
