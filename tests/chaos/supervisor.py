@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = ["Slot", "Supervisor"]
@@ -32,13 +33,26 @@ class Slot:
     exits: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
-def _hold_sigterm() -> None:
-    """In the child, before exec: SIGTERM stays pending (the mask survives
-    exec) until the actor's main() has its handler and lets it through. A
-    stop that arrives while the interpreter is still starting (a
-    replacement started just before the workload is stopped) then ends the
-    actor cleanly instead of killing it with SIGTERM's default action."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+@contextlib.contextmanager
+def _sigterm_held() -> Iterator[None]:
+    """Start children with SIGTERM blocked: it stays pending in the child
+    (a signal mask is inherited and survives exec) until the actor's main()
+    has its handler and lets it through. A stop that arrives while the
+    interpreter is still starting (a replacement started just before the
+    workload is stopped) then ends the actor cleanly instead of killing it
+    with SIGTERM's default action.
+
+    The mask is set here, on the calling thread, around the spawn, not by a
+    ``preexec_fn``: that forces a real fork(), whose at-fork handlers in
+    grpcio (loaded in this process by other tests) restart gRPC's poller
+    in the child, where closing inherited descriptors before exec makes it
+    abort (grpc/grpc#43055; the actor exited -6). A SIGTERM sent to this
+    process meanwhile stays pending until the mask is restored."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 class Supervisor:
@@ -78,14 +92,9 @@ class Supervisor:
             *slot.args,
         ]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        with open(self.directory / "logs" / f"{slot.name}.log", "ab") as out:
+        with open(self.directory / "logs" / f"{slot.name}.log", "ab") as out, _sigterm_held():
             slot.process = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                preexec_fn=_hold_sigterm,
+                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env
             )
 
     def poll(self) -> None:
