@@ -56,15 +56,22 @@ PER_BOOKIE_KEYS = {
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:
-    """p50/p99/p999 in milliseconds of latencies given in seconds."""
+    """p50/p99/p999 and the maximum, in milliseconds, of latencies given in
+    seconds. The maximum matters in a closed loop: a stall there delays only
+    the requests in flight, too few to move even the p999."""
     if not samples:
-        return {"p50_ms": 0.0, "p99_ms": 0.0, "p999_ms": 0.0}
+        return {"p50_ms": 0.0, "p99_ms": 0.0, "p999_ms": 0.0, "max_ms": 0.0}
     s = sorted(samples)
 
     def pick(q: float) -> float:
         return round(s[min(len(s) - 1, int(q * len(s)))] * 1000, 3)
 
-    return {"p50_ms": pick(0.50), "p99_ms": pick(0.99), "p999_ms": pick(0.999)}
+    return {
+        "p50_ms": pick(0.50),
+        "p99_ms": pick(0.99),
+        "p999_ms": pick(0.999),
+        "max_ms": round(s[-1] * 1000, 3),
+    }
 
 
 def parse_sets(items: list[str]) -> dict[str, str]:

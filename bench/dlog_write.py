@@ -108,13 +108,7 @@ _REPORTED_KEYS = (
 
 
 def ms(samples_ns: list[int]) -> dict[str, float]:
-    """Percentiles and the maximum, in ms. The maximum matters in a closed
-    loop: a stall there delays only the records in flight, too few to move
-    even the p999."""
-    return {
-        **percentiles([s / 1e9 for s in samples_ns]),
-        "max_ms": round(max(samples_ns, default=0) / 1e6, 3),
-    }
+    return percentiles([s / 1e9 for s in samples_ns])
 
 
 class Tail:
@@ -392,23 +386,22 @@ async def dlog_phase(log: LogManager, args: argparse.Namespace) -> dict[str, Any
         # (2.5 flushIntervals: two of each bookie's), and the report prints
         # how long settling took and how many checkpoints the window held.
         settle_start = time.monotonic()
-        done = [c + 2 for c in await checkpoints(args)]
+        cp0 = await checkpoints(args)
+        done = [c + 2 for c in cp0]
 
-        async def settled() -> bool:
-            return all(c >= d for c, d in zip(await checkpoints(args), done, strict=True))
+        def settled() -> bool:
+            return all(c >= d for c, d in zip(cp0, done, strict=True))
 
-        while time.monotonic() - settle_start < 2.5 * args.flush_interval_s and not (
-            await settled()
-        ):
+        while not settled() and time.monotonic() - settle_start < 2.5 * args.flush_interval_s:
             settle = await write_window(writer, txid, args.moderate_in_flight, 1.0, args.bulk)
             if settle["errors"]:
                 return {"error": f"settling at moderate load failed: {settle['errors']}"}
             txid = settle["next_txid"]
+            cp0 = await checkpoints(args)
         settle_seconds = time.monotonic() - settle_start
         # False: the cap came first, and the window may still hold the
         # flushing of what full load left behind.
-        settle_complete = await settled()
-        cp0 = await checkpoints(args)
+        settle_complete = settled()
         moderate, txid = await closed_loop_window(
             writer,
             tail,

@@ -73,7 +73,6 @@ class Window:
         return {
             "records": len(self.latencies),
             **percentiles([s / 1e9 for s in self.latencies]),
-            "max_ms": round(max(self.latencies, default=0) / 1e6, 3),
             "p99_by_second_ms": self.p99_by_second(),
             "reader_records_per_s": round(len(self.latencies) / elapsed) if elapsed else 0,
             "errors": list(errors),
