@@ -141,7 +141,7 @@ class ReplicationWorker:
 
     async def replicate(self, ledger_id: int) -> bool:
         """Re-replicate a ledger whose lock this worker holds; True when its
-        mark was removed."""
+        mark was removed. An error fails the attempt (see :meth:`_attempt`)."""
         self._current = ledger_id
         try:
             outcome = await replicate_ledger(
@@ -151,13 +151,6 @@ class ReplicationWorker:
                 check_entries=True,
                 verify_percentage=self.verify_percentage,
             )
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            log.warning("ledger %d: re-replication failed: %s", ledger_id, e)
-            self.ledgers_failed.inc()
-            await self.urm.release(ledger_id, delay=self.failed_grace)
-            return False
         finally:
             self._current = None
         if outcome.open_fragments and not outcome.failed:
