@@ -10,7 +10,8 @@ Runs twice, once per directory layout:
 
 For each: adds/s, MB/s and latency percentiles at full load (N outstanding
 adds, closed loop), then at half load (an open-loop rate of half the full
-throughput, no coordinated omission): first until the checkpoints flushing
+throughput, or ``--half-rate`` to compare settings at one rate; no
+coordinated omission): first until the checkpoints flushing
 what full load left in the write cache are done (``settled_first_s``), then
 over a window long enough to hold at least two checkpoints
 (``flushInterval``, a fixed rate), with the number it held, the
@@ -392,6 +393,9 @@ async def run(
         time.monotonic() - t0
     )
     full_rate = n / elapsed
+    # Half of this run's own full load, unless --half-rate fixes it (to
+    # compare settings across runs: the full-load figure varies by 20%).
+    half_rate = args.half_rate or full_rate / 2
     full = {
         "outstanding": args.outstanding,
         "seconds": args.seconds,
@@ -417,7 +421,7 @@ async def run(
         scrape(metrics_port, "bookie_checkpoint_latency_seconds_count") < cp_full + 2
         and time.monotonic() - settle_start < 2.5 * flush_interval_s
     ):
-        await open_loop(load, full_rate / 2, 1.0)
+        await open_loop(load, half_rate, 1.0)
     settle_seconds = time.monotonic() - settle_start
     stages0 = stage_snapshot(metrics_port)
     cp0 = scrape(metrics_port, "bookie_checkpoint_latency_seconds_count")
@@ -427,7 +431,7 @@ async def run(
     sent_at: list[float] = []
     send_lags: list[float] = []
     mine0 = time.process_time()
-    n, elapsed, lat = await open_loop(load, full_rate / 2, half_seconds, sent_at, send_lags)
+    n, elapsed, lat = await open_loop(load, half_rate, half_seconds, sent_at, send_lags)
     mine1 = time.process_time()
     fsyncs = (scrape(metrics_port, "bookie_journal_fsync_latency_seconds_count") - fs0) / (
         time.monotonic() - t0
@@ -436,7 +440,8 @@ async def run(
     checkpoints = scrape(metrics_port, "bookie_checkpoint_latency_seconds_count") - cp0
     checkpoint_seconds = scrape(metrics_port, "bookie_checkpoint_latency_seconds_sum") - cps0
     half = {
-        "target_adds_per_s": round(full_rate / 2),
+        "target_adds_per_s": round(half_rate),
+        "target_fixed_by_half_rate": bool(args.half_rate),
         "settled_first_s": round(settle_seconds, 1),
         "seconds": half_seconds,
         "adds_per_s": round(n / elapsed),
@@ -649,6 +654,12 @@ def main() -> None:
         type=float,
         default=0.0,
         help="half-load window (default: room for two checkpoints, at least 20 s)",
+    )
+    parser.add_argument(
+        "--half-rate",
+        type=float,
+        default=0.0,
+        help="half-load rate in adds/s (default: half of the run's own full load)",
     )
     parser.add_argument("--outstanding", type=int, default=1000)
     parser.add_argument("--ledgers", type=int, default=4)
