@@ -65,7 +65,7 @@ test: install
 proto: install
 	$(PY) -m grpc_tools.protoc -I proto --python_out=dlog/protocol --pyi_out=dlog/protocol $(PROTOS)
 
-BENCHES ?= bookie_add ledger_throughput dlog_write subscriptions_store spark_read proxy
+BENCHES ?= bookie_add flush_loop_lag ledger_throughput dlog_write subscriptions_store spark_read proxy
 
 bench: install
 	@for b in $(BENCHES); do echo "== bench/$$b.py"; $(PY) bench/$$b.py || exit 1; done

@@ -184,7 +184,7 @@ class Bookie:
         for sd in self.storage.dirs:
             sd.on_io_error = self._storage_io_error
             sd.on_io_recovered = self._storage_recovered
-            sd.on_flush = self.metrics.flush_latency.observe
+            sd.on_flush = functools.partial(self._storage_flushed, sd)
             if sd.read_only_indexes:
                 self.set_read_only(_indexes_reason(sd.directory), True)
         self.journals = [
@@ -741,6 +741,12 @@ class Bookie:
     def add_read_only_listener(self, listener: ReadOnlyListener) -> None:
         """``listener(read_only)`` after every change (registration follows it)."""
         self._read_only_listeners.append(listener)
+
+    def _storage_flushed(self, sd: SingleDirectoryDbLedgerStorage, seconds: float) -> None:
+        self.metrics.flush_latency.observe(seconds)
+        for outcome, n in sd.pacer.turns.take_counts().items():
+            if n:
+                self.metrics.flush_turns.inc(n, (outcome,))
 
     def refresh_gauges(self) -> None:
         m = self.metrics

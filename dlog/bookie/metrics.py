@@ -76,6 +76,13 @@ class BookieMetrics:
         self.throttled_adds = loop.counter(
             "bookie_throttled_adds", "Adds that had to wait for write cache space."
         )
+        self.flush_turns = loop.counter(
+            "bookie_ledger_storage_flush_turns",
+            "Turns the event loop lent paced flushes (dlog.bookie.pacer), by outcome: "
+            "granted; overrun (a slice outlasted its turn and ran beside the loop); "
+            "missed (the flush waited for a turn in vain and went on without one).",
+            ["outcome"],
+        )
         self.write_close = loop.counter(
             "bookie_write_close_requests", "BP-32 write-close hints received.", ["known"]
         )

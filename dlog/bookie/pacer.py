@@ -1,14 +1,26 @@
-"""Pacing of a background write-cache flush, so a checkpoint does not halve
-the event loop's capacity while it runs.
+"""Pacing of a background write-cache flush, so a checkpoint neither halves
+the event loop's capacity nor adds milliseconds to every add while it runs.
 
 The flush thread and the event loop share one interpreter lock. A flush
 does a few microseconds of Python per entry (sorting, locations, index
 keys); run flat out, a checkpoint's hundreds of thousands of entries take
 about half of the lock for a second or more, and a loop that was half busy
 serving adds then falls behind: every add in that second waits. Paced, the
-flush sleeps after each slice of its work long enough that its share of
-CPU time stays under ``dbStorage_flushMaxCpuPercent``, so the same work is
-spread over a few seconds of a checkpoint interval instead.
+flush's share of the lock stays under ``dbStorage_flushMaxCpuPercent``, so
+the same work is spread over a few seconds of a checkpoint interval.
+
+A share alone is not enough. While a thread runs Python, each time the
+loop wakes up (a request arrived, the journal synced) it waits for the
+lock: a switch interval, 1 ms, often more. An add crosses several such
+wake-ups, so with the flush thread merely running, adds took 10-20 ms
+instead of 3-4 ms at the p99, at any share. So when an event loop is there
+to lend it (:class:`LoopTurns`), the flush runs each slice in a *turn*:
+the loop stops for at most :data:`TURN` and waits, without the lock, while
+the slice runs; between turns the flush waits without the lock. Nobody
+then waits for the lock on a switch interval: the loop's pause is one
+turn, bounded, at a pace that keeps the flush's share. Without a lender
+(a flush outside the loop), the flush sleeps after each slice in
+proportion to the CPU it used.
 
 Pacing yields to urgency: it stops while the active half of the write
 cache is over half full (adds would soon have to wait for this flush), and
@@ -17,16 +29,127 @@ for the flush at shutdown.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import Callable
 
 #: Longest single pause: a slice that took long (a slow disk) is not
-#: followed by an equally long sleep.
+#: followed by an equally long sleep, and a flush waits no longer than this
+#: for a turn (a loop that lends none slows the flush, never stops it).
 MAX_PAUSE = 0.05
+#: Longest time the event loop stops for one turn of the flush: a slice
+#: (``SLICE`` entries, an index chunk) takes less than this, and one that
+#: takes longer (a disk stall in its write) goes on beside the loop.
+TURN = 0.0005
+
+
+class LoopTurns:
+    """An event loop lends a flush thread the interpreter lock in turns.
+
+    The thread calls :meth:`wait` between slices; while the loop runs
+    :meth:`lend`, every ``gap`` it offers a turn to a waiting thread and
+    blocks (without the lock) until the thread's next :meth:`wait` or
+    :meth:`end` closes the turn, for at most ``turn`` seconds. ``gap`` is
+    ``turn`` times (100 - share) / share: turns take at most ``share``
+    percent of the loop's time.
+
+    Invariants: no wait is unbounded. The loop blocks at most ``turn`` per
+    offer; a slice still running then goes on beside the loop, as it would
+    without turns. The thread waits at most ``max_wait`` for an offer, so a
+    busy, blocked or stopped loop slows a flush and never stops it. Each
+    offer has its own event, so a turn taken late or ended late leaves
+    nothing behind for the next one.
+    """
+
+    def __init__(
+        self, share_percent: int, *, turn: float = TURN, max_wait: float = MAX_PAUSE
+    ) -> None:
+        if not 1 <= share_percent <= 100:
+            raise ValueError(f"share_percent must be 1..100, not {share_percent}")
+        self.turn = turn
+        self.gap = turn * (100 - share_percent) / share_percent
+        self.max_wait = max_wait
+        self._cond = threading.Condition(threading.Lock())
+        self._lending = False
+        self._waiting = False
+        #: The turn offered and not yet taken, and the one the thread is in.
+        self._offered: threading.Event | None = None
+        self._current: threading.Event | None = None
+        #: Turns given; offers whose turn outlasted ``turn`` (or was not
+        #: taken in time); waits of the thread that got no turn.
+        self.granted = 0
+        self.overruns = 0
+        self.missed = 0
+        self._taken: dict[str, int] = {}
+
+    # -- the flush thread ---------------------------------------------------
+    def wait(self) -> bool:
+        """End the current turn and wait for the next one (at most
+        ``max_wait``). False at once when no loop lends turns: the caller
+        paces itself."""
+        with self._cond:
+            self._end()
+            if not self._lending:
+                return False
+            self._waiting = True
+            self._cond.wait_for(
+                lambda: self._offered is not None or not self._lending, self.max_wait
+            )
+            self._waiting = False
+            if self._offered is not None:
+                self._current, self._offered = self._offered, None
+            else:
+                self.missed += 1
+            return True
+
+    def end(self) -> None:
+        """The flush stops being paced (urgent, or done): give the loop back
+        the turn it may be waiting out."""
+        with self._cond:
+            self._end()
+
+    def take_counts(self) -> dict[str, int]:
+        """Counts since the last call, by outcome (for metrics)."""
+        now = {"granted": self.granted, "overrun": self.overruns, "missed": self.missed}
+        taken = {k: v - self._taken.get(k, 0) for k, v in now.items()}
+        self._taken = now
+        return taken
+
+    def _end(self) -> None:
+        if self._current is not None:
+            self._current.set()
+            self._current = None
+
+    # -- the event loop -----------------------------------------------------
+    async def lend(self) -> None:
+        """Offer turns until cancelled (run it as a task beside the flush)."""
+        with self._cond:
+            self._lending = True
+        try:
+            while True:
+                await asyncio.sleep(self.gap)
+                with self._cond:
+                    if not self._waiting or self._offered is not None:
+                        continue
+                    done = self._offered = threading.Event()
+                    self._cond.notify()
+                self.granted += 1
+                if not done.wait(self.turn):
+                    self.overruns += 1
+                    with self._cond:
+                        if self._offered is done:  # not taken in time: withdrawn
+                            self._offered = None
+        finally:
+            with self._cond:
+                self._lending = False
+                self._offered = None
+                self._cond.notify_all()
 
 
 class FlushPacer:
-    """Called between slices of a flush; sleeps to keep its CPU share."""
+    """Called between slices of a flush: waits for a turn of the loop's, or
+    sleeps to keep its CPU share."""
 
     def __init__(
         self,
@@ -35,6 +158,7 @@ class FlushPacer:
         urgent: Callable[[], bool] = lambda: False,
         cpu_clock: Callable[[], float] = time.thread_time,
         sleep: Callable[[float], None] = time.sleep,
+        turn: float = TURN,
     ) -> None:
         if not 1 <= max_cpu_percent <= 100:
             raise ValueError(f"max_cpu_percent must be 1..100, not {max_cpu_percent}")
@@ -45,19 +169,44 @@ class FlushPacer:
         self._mark = 0.0
         #: Seconds slept so far (by every flush), for metrics and tests.
         self.slept = 0.0
+        #: What an event loop lends (run ``turns.lend()`` beside a flush).
+        self.turns = LoopTurns(max_cpu_percent, turn=turn)
+        #: False: flushes pace themselves by sleeping, with no turns (for
+        #: benchmarks comparing the two).
+        self.lend_turns = True
+
+    @property
+    def lent_turns(self) -> bool:
+        """Whether the loop should lend this pacer turns during a flush."""
+        return self.paced and self.lend_turns
+
+    @property
+    def paced(self) -> bool:
+        """Whether flushes are paced at all (a share under 100%)."""
+        return self.max_cpu_percent < 100
 
     def start(self) -> None:
         """A flush begins: its CPU time counts from here (call on its thread)."""
         self._mark = self._cpu()
 
     def pause(self) -> None:
-        """Between two slices: sleep in proportion to the CPU the last one
-        used, or just offer the lock to the loop when pacing is off."""
+        """Between two slices: wait for the loop's next turn; without a
+        lender, sleep in proportion to the CPU the last slice used; when
+        pacing is off, just offer the lock to the loop."""
+        urgent = not self.paced or self._urgent()
+        if not urgent and self.turns.wait():
+            self._mark = self._cpu()
+            return
+        self.turns.end()
         used = self._cpu() - self._mark
-        if self.max_cpu_percent < 100 and used > 0 and not self._urgent():
+        if not urgent and used > 0:
             delay = min(MAX_PAUSE, used * (100 - self.max_cpu_percent) / self.max_cpu_percent)
             self._sleep(delay)
             self.slept += delay
         else:
             self._sleep(0)
         self._mark = self._cpu()
+
+    def finish(self) -> None:
+        """The flush is over (or failed): end its turn."""
+        self.turns.end()

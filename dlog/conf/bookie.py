@@ -406,12 +406,14 @@ class BookieConfig(Config):
     db_storage_flush_max_cpu_percent: int = setting(
         "dbStorage_flushMaxCpuPercent",
         25,
-        "dlog: the most CPU a background write-cache flush may take. It shares "
-        "Python's interpreter lock with the event loop serving requests; after each "
-        "slice of work it sleeps long enough to stay under this share, so a "
-        "checkpoint's flush is spread out instead of halving the loop's capacity "
-        "while it runs. Not applied while the active half of the write cache is over "
-        "half full, or at shutdown. 100 turns pacing off.",
+        "dlog: the largest share of the event loop's time a background write-cache "
+        "flush may take. It shares Python's interpreter lock with the event loop "
+        "serving requests: the loop lends it the lock in turns of 0.5 ms, spaced so "
+        "that they take at most this share, and waits for each turn to end, so adds "
+        "never wait for the lock on a switch interval and a checkpoint's flush is "
+        "spread out instead of halving the loop's capacity while it runs. Not applied "
+        "while the active half of the write cache is over half full, or at shutdown. "
+        "100 turns pacing off.",
         min=1,
         max=100,
         unit="%",

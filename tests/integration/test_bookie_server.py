@@ -410,4 +410,6 @@ async def test_journal_stages_checkpoints_and_flushes_are_measured(make_bookie) 
     await bookie.core.checkpointer.checkpoint()
     assert m.checkpoint_latency.count == checkpoints + 1
     assert m.flush_latency.count == flushes + 1
+    # the flush was paced: its slice waited for a turn of the loop's
+    assert m.flush_turns.get(("granted",)) + m.flush_turns.get(("missed",)) >= 1
     await c.close()

@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
+import time
 from pathlib import Path
 
 import pytest
 
 from dlog.bookie.ledger_storage import DbLedgerStorage
-from dlog.bookie.pacer import MAX_PAUSE, FlushPacer
+from dlog.bookie.pacer import MAX_PAUSE, FlushPacer, LoopTurns
 from dlog.conf.bookie import BookieConfig
 from dlog.errors import ConfigError
 
@@ -63,6 +64,63 @@ def test_no_pacing_at_100_or_when_urgent() -> None:
     assert slept == [0, 0] and on.slept == 0
 
 
+async def test_a_slice_runs_while_the_loop_waits_out_its_turn() -> None:
+    """In a turn the loop runs nothing: a ticker on the loop does not move
+    while the thread's slice runs (20 ms here, with the lock free)."""
+    turns = LoopTurns(100, turn=5.0)
+    ticks = 0
+    stop = False
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not stop:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    def flush() -> list[int]:
+        moved = []
+        for _ in range(5):
+            assert turns.wait()
+            before = ticks
+            time.sleep(0.02)  # the slice: without a turn, the loop ticks meanwhile
+            moved.append(ticks - before)
+        turns.end()
+        return moved
+
+    lender = asyncio.create_task(turns.lend())
+    tick = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    moved = await asyncio.to_thread(flush)
+    stop = True
+    lender.cancel()
+    await tick
+    assert moved == [0] * 5
+    assert turns.granted >= 5 and turns.missed == 0
+
+
+async def test_a_flush_is_never_stopped_by_the_loop() -> None:
+    """No lender: the thread paces itself. A lender whose loop is blocked:
+    the wait ends after max_wait, with no turn. A lender that stops: a
+    waiting thread is released at once, not after max_wait."""
+    turns = LoopTurns(25, max_wait=0.05)
+    assert turns.wait() is False
+    lender = asyncio.create_task(turns.lend())
+    await asyncio.sleep(0)
+    assert turns.wait() is True  # on the loop's own thread: nobody can offer
+    assert turns.missed == 1 and turns.granted == 0
+    lender.cancel()
+    await asyncio.gather(lender, return_exceptions=True)
+
+    patient = LoopTurns(1, turn=1.0, max_wait=60.0)  # offers every 99 s
+    lender = asyncio.create_task(patient.lend())
+    await asyncio.sleep(0)
+    waiting = asyncio.create_task(asyncio.to_thread(patient.wait))
+    await asyncio.sleep(0.05)
+    lender.cancel()
+    assert await asyncio.wait_for(waiting, 10) is True
+    assert patient.missed == 1
+
+
 @pytest.mark.parametrize("value", ["0", "101", "x"])
 def test_setting_is_validated(value: str) -> None:
     with pytest.raises(ConfigError, match="dbStorage_flushMaxCpuPercent"):
@@ -92,14 +150,18 @@ def _fill(storage: DbLedgerStorage, n: int) -> None:
 
 @pytest.mark.parametrize(("percent", "paced"), [(100, False), (20, True)])
 async def test_flush_is_paced_by_the_setting(tmp_path: Path, percent: int, paced: bool) -> None:
-    """The setting reaches the flush: 100 never sleeps, a lower share
-    sleeps; and every entry is stored either way."""
+    """The setting reaches the flush: at 100 the loop lends no turns and
+    the flush never sleeps; at a lower share, the flush's slices run in
+    turns the loop lends, with the gap the share sets; and every entry is
+    stored either way."""
     storage = _storage(tmp_path, dbStorage_flushMaxCpuPercent=percent)
     sd = storage.dirs[0]
     assert sd.pacer.max_cpu_percent == percent
+    assert sd.pacer.turns.gap == pytest.approx(sd.pacer.turns.turn * (100 - percent) / percent)
     _fill(storage, 20_000)
     await storage.flush()
-    assert (sd.pacer.slept > 0) is paced
+    assert (sd.pacer.turns.granted > 0) is paced
+    assert sd.pacer.slept == 0
     assert sd.get_entry(2, 9_999)[:16] == struct.pack(">qq", 2, 9_999)
     await storage.close()
 
