@@ -47,8 +47,8 @@ TURN = 0.0005
 class LoopTurns:
     """An event loop lends a flush thread the interpreter lock in turns.
 
-    The thread calls :meth:`wait` between slices; while the loop runs
-    :meth:`lend`, every ``gap`` it offers a turn to a waiting thread and
+    The thread calls :meth:`wait` between slices; from :meth:`lend` on,
+    every ``gap`` the loop offers a turn to a waiting thread and
     blocks (without the lock) until the thread's next :meth:`wait` or
     :meth:`end` closes the turn, for at most ``turn`` seconds. ``gap`` is
     ``turn`` times (100 - share) / share: turns take at most ``share``
@@ -122,29 +122,36 @@ class LoopTurns:
             self._current = None
 
     # -- the event loop -----------------------------------------------------
-    async def lend(self) -> None:
-        """Offer turns until cancelled (run it as a task beside the flush)."""
+    def lend(self, loop: asyncio.AbstractEventLoop) -> asyncio.Task[None]:
+        """Lend turns from now on (the flush may reach its first pause before
+        the task first runs) until the returned task is cancelled."""
         with self._cond:
             self._lending = True
-        try:
-            while True:
-                await asyncio.sleep(self.gap)
-                with self._cond:
-                    if not self._waiting or self._offered is not None:
-                        continue
-                    done = self._offered = threading.Event()
-                    self._cond.notify()
-                self.granted += 1
-                if not done.wait(self.turn):
-                    self.overruns += 1
-                    with self._cond:
-                        if self._offered is done:  # not taken in time: withdrawn
-                            self._offered = None
-        finally:
+        task = loop.create_task(self._offer())
+        # Runs even when the task is cancelled before it ever started.
+        task.add_done_callback(lambda _: self._stop())
+        return task
+
+    async def _offer(self) -> None:
+        while True:
+            await asyncio.sleep(self.gap)
             with self._cond:
-                self._lending = False
-                self._offered = None
-                self._cond.notify_all()
+                if not self._waiting or self._offered is not None:
+                    continue
+                done = self._offered = threading.Event()
+                self._cond.notify()
+            self.granted += 1
+            if not done.wait(self.turn):
+                self.overruns += 1
+                with self._cond:
+                    if self._offered is done:  # not taken in time: withdrawn
+                        self._offered = None
+
+    def _stop(self) -> None:
+        with self._cond:
+            self._lending = False
+            self._offered = None
+            self._cond.notify_all()
 
 
 class FlushPacer:
@@ -169,7 +176,7 @@ class FlushPacer:
         self._mark = 0.0
         #: Seconds slept so far (by every flush), for metrics and tests.
         self.slept = 0.0
-        #: What an event loop lends (run ``turns.lend()`` beside a flush).
+        #: What an event loop lends (``turns.lend(loop)`` beside a flush).
         self.turns = LoopTurns(max_cpu_percent, turn=turn)
         #: False: flushes pace themselves by sleeping, with no turns (for
         #: benchmarks comparing the two).

@@ -87,7 +87,7 @@ async def test_a_slice_runs_while_the_loop_waits_out_its_turn() -> None:
         turns.end()
         return moved
 
-    lender = asyncio.create_task(turns.lend())
+    lender = turns.lend(asyncio.get_running_loop())
     tick = asyncio.create_task(ticker())
     await asyncio.sleep(0)
     moved = await asyncio.to_thread(flush)
@@ -104,7 +104,7 @@ async def test_a_flush_is_never_stopped_by_the_loop() -> None:
     waiting thread is released at once, not after max_wait."""
     turns = LoopTurns(25, max_wait=0.05)
     assert turns.wait() is False
-    lender = asyncio.create_task(turns.lend())
+    lender = turns.lend(asyncio.get_running_loop())
     await asyncio.sleep(0)
     assert turns.wait() is True  # on the loop's own thread: nobody can offer
     assert turns.missed == 1 and turns.granted == 0
@@ -112,7 +112,7 @@ async def test_a_flush_is_never_stopped_by_the_loop() -> None:
     await asyncio.gather(lender, return_exceptions=True)
 
     patient = LoopTurns(1, turn=1.0, max_wait=60.0)  # offers every 99 s
-    lender = asyncio.create_task(patient.lend())
+    lender = patient.lend(asyncio.get_running_loop())
     await asyncio.sleep(0)
     waiting = asyncio.create_task(asyncio.to_thread(patient.wait))
     await asyncio.sleep(0.05)
