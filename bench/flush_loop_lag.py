@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common import percentiles
+
 from dlog.bookie.ledger_storage import SingleDirectoryDbLedgerStorage
 from dlog.conf.bookie import BookieConfig
 
@@ -63,18 +65,10 @@ async def one_flush(base: Path, entries: int, ledgers: int, turns: bool) -> dict
     await task
     t = sd.pacer.turns
     await sd.close()
-    late.sort()
-
-    def q(p: float) -> float:
-        return round(late[min(len(late) - 1, int(p * len(late)))] * 1000, 2)
-
     return {
         "flush_s": round(took, 2),
         "ticks": len(late),
-        "late_p50_ms": q(0.5),
-        "late_p99_ms": q(0.99),
-        "late_p999_ms": q(0.999),
-        "late_max_ms": round(late[-1] * 1000, 2),
+        **{f"late_{k}": v for k, v in percentiles(late).items()},
         "ticks_over_2ms": sum(x > 0.002 for x in late),
         "turns_granted": t.granted,
         "turns_overrun": t.overruns,

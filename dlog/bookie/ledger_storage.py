@@ -253,7 +253,7 @@ class SingleDirectoryDbLedgerStorage:
         loop = asyncio.get_running_loop()
         t0 = time.monotonic()
         # The loop lends the flush thread its turns (see dlog.bookie.pacer).
-        lender = self.pacer.turns.lend(loop) if self.pacer.lent_turns else None
+        lender = self.pacer.turns.lend(loop) if self.pacer.lend_turns else None
         try:
             try:
                 await loop.run_in_executor(self._executor, self._flush_frozen)

@@ -9,18 +9,19 @@ serving adds then falls behind: every add in that second waits. Paced, the
 flush's share of the lock stays under ``dbStorage_flushMaxCpuPercent``, so
 the same work is spread over a few seconds of a checkpoint interval.
 
-A share alone is not enough. While a thread runs Python, each time the
-loop wakes up (a request arrived, the journal synced) it waits for the
-lock: a switch interval, 1 ms, often more. An add crosses several such
-wake-ups, so with the flush thread merely running, adds took 10-20 ms
-instead of 3-4 ms at the p99, at any share. So when an event loop is there
-to lend it (:class:`LoopTurns`), the flush runs each slice in a *turn*:
-the loop stops for at most :data:`TURN` and waits, without the lock, while
-the slice runs; between turns the flush waits without the lock. Nobody
-then waits for the lock on a switch interval: the loop's pause is one
-turn, bounded, at a pace that keeps the flush's share. Without a lender
-(a flush outside the loop), the flush sleeps after each slice in
-proportion to the CPU it used.
+A share alone does not keep the loop on time. While a thread runs Python,
+each time the loop wakes up (a request arrived, the journal synced) it
+waits for the lock: a switch interval, 1 ms, often more. So when an event
+loop is there to lend it (:class:`LoopTurns`), the flush runs each slice
+in a *turn*: the loop stops for at most :data:`TURN` and waits, without
+the lock, while the slice runs; between turns the flush waits without the
+lock. The loop then does not wait for the lock on a switch interval
+because of the flush (p99 lateness during a flush 1.6-1.7 ms instead of
+2.5-2.7 ms, ``bench/flush_loop_lag.py``); its pause is one turn, bounded, at a
+pace that keeps the flush's share. (The journal thread still contends for
+the lock: at half load, a bookie's add p99 in seconds with a checkpoint
+did not measurably improve.) Without a lender (a flush outside the loop),
+the flush sleeps after each slice in proportion to the CPU it used.
 
 Pacing yields to urgency: it stops while the active half of the write
 cache is over half full (adds would soon have to wait for this flush), and
@@ -178,14 +179,10 @@ class FlushPacer:
         self.slept = 0.0
         #: What an event loop lends (``turns.lend(loop)`` beside a flush).
         self.turns = LoopTurns(max_cpu_percent, turn=turn)
-        #: False: flushes pace themselves by sleeping, with no turns (for
-        #: benchmarks comparing the two).
-        self.lend_turns = True
-
-    @property
-    def lent_turns(self) -> bool:
-        """Whether the loop should lend this pacer turns during a flush."""
-        return self.paced and self.lend_turns
+        #: Whether the loop lends turns during a flush (paced flushes only;
+        #: False makes them pace themselves by sleeping, for benchmarks
+        #: comparing the two).
+        self.lend_turns = self.paced
 
     @property
     def paced(self) -> bool:

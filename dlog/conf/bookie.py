@@ -409,8 +409,8 @@ class BookieConfig(Config):
         "dlog: the largest share of the event loop's time a background write-cache "
         "flush may take. It shares Python's interpreter lock with the event loop "
         "serving requests: the loop lends it the lock in turns of 0.5 ms, spaced so "
-        "that they take at most this share, and waits for each turn to end, so adds "
-        "never wait for the lock on a switch interval and a checkpoint's flush is "
+        "that they take at most this share, and waits for each turn to end, so it "
+        "does not wait for the lock on a switch interval, and a checkpoint's flush is "
         "spread out instead of halving the loop's capacity while it runs. Not applied "
         "while the active half of the write cache is over half full, or at shutdown. "
         "100 turns pacing off.",

@@ -98,6 +98,23 @@ async def test_a_slice_runs_while_the_loop_waits_out_its_turn() -> None:
     assert turns.granted >= 5 and turns.missed == 0
 
 
+async def test_the_end_of_a_flush_gives_the_loop_back_its_turn() -> None:
+    """``finish()`` ends the last slice's turn: the loop does not wait out
+    the rest of it (here 5 s, which would count as an overrun)."""
+    pacer = FlushPacer(50, turn=5.0)
+    pacer.turns.gap = 0.0  # offer at once (50% of a 5 s turn would be 5 s)
+    lender = pacer.turns.lend(asyncio.get_running_loop())
+
+    def flush() -> None:
+        pacer.start()
+        pacer.pause()  # the slice that follows runs in a turn
+        pacer.finish()
+
+    await asyncio.to_thread(flush)
+    lender.cancel()
+    assert pacer.turns.granted == 1 and pacer.turns.overruns == 0
+
+
 async def test_a_flush_is_never_stopped_by_the_loop() -> None:
     """No lender: the thread paces itself. A lender whose loop is blocked:
     the wait ends after max_wait, with no turn. A lender that stops: a
