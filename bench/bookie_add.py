@@ -15,7 +15,10 @@ coordinated omission): first until the checkpoints flushing
 what full load left in the write cache are done (``settled_first_s``), then
 over a window long enough to hold at least two checkpoints
 (``flushInterval``, a fixed rate), with the number it held, the
-worst one-second p99, the bookie's own per-stage journal percentiles
+worst one-second p99, the percentiles of the adds sent while a storage
+flush (a checkpoint's) ran and of the others (``during_flush``,
+``outside_flush``: the bookie's flush histogram, read every 0.5 s, bounds
+each flush's span), the bookie's own per-stage journal percentiles
 (queue, write, fsync, callback; bucket resolution) and event-loop lag, the
 load generator's own share (how late it sent each add, and its CPU per
 add: it runs on the same two cores), and the bookie's peak RSS beside its
@@ -45,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -64,10 +68,12 @@ from common import (
     parse_sets,
     percentiles,
     scrape,
+    scrape_many,
 )
 
 from dlog.bookie.main import install_event_loop_policy, tune_runtime
 from dlog.conf.bookie import BookieConfig
+from dlog.errors import STATUS_NAMES
 from dlog.ledger.bookie_client import BookieClient
 from dlog.ledger.digest import CRC32C, DigestManager
 from dlog.sandbox.bookies import BookieProcess
@@ -279,17 +285,20 @@ async def open_loop(
     t_start = time.monotonic()
     sent = 0
     outstanding = 0
-    failed = 0
+    failed: Counter[str] = Counter()
     drained = asyncio.get_running_loop().create_future()
     sending = True
 
     def on_done(fut: asyncio.Future, t0: float) -> None:
-        nonlocal outstanding, failed
+        nonlocal outstanding
         outstanding -= 1
         latencies.append(time.monotonic() - t0)
         when.append(t0)
-        if fut.exception() is not None or fut.result().status != 0:
-            failed += 1
+        if fut.exception() is not None:
+            failed[type(fut.exception()).__name__] += 1
+        elif fut.result().status != 0:
+            status = fut.result().status
+            failed[STATUS_NAMES.get(status, str(status))] += 1
         if not outstanding and not sending and not drained.done():
             drained.set_result(None)
 
@@ -313,7 +322,7 @@ async def open_loop(
     if outstanding:
         await drained
     if failed:
-        raise RuntimeError(f"{failed} adds failed at half load")
+        raise RuntimeError(f"{failed.total()} adds failed at half load: {dict(failed)}")
     return sent, time.monotonic() - t_start, latencies
 
 
@@ -353,6 +362,61 @@ def p99_by_second(sent_at: list[float], latencies: list[float]) -> list[float]:
     for t, lat in zip(sent_at, latencies, strict=True):
         slices.setdefault(int(t - t0), []).append(lat)
     return [percentiles(slices[k])["p99_ms"] for k in sorted(slices) if len(slices[k]) >= 100]
+
+
+FLUSH_COUNT = "bookie_ledger_storage_flush_latency_seconds_count"
+FLUSH_SUM = "bookie_ledger_storage_flush_latency_seconds_sum"
+#: How often the half-load window reads the bookie's flush histogram.
+FLUSH_POLL_S = 0.5
+#: After the window, how long to wait for a flush still running to end.
+FLUSH_TAIL_S = 8.0
+
+
+async def watch_flushes(
+    port: int, window_over: asyncio.Event, spans: list[tuple[float, float]]
+) -> None:
+    """Read the bookie's flush histogram every FLUSH_POLL_S. A flush
+    counted between two reads ended after the first began and before the
+    second returned, and started its duration (the sum's growth) before
+    its end: ``spans`` gets a span that surely holds it (at most one poll
+    wider). Once ``window_over``, a flush still running is waited for (at
+    most FLUSH_TAIL_S), then the watch ends."""
+    names = (FLUSH_COUNT, FLUSH_SUM)
+    t_prev = time.monotonic()
+    prev = await asyncio.to_thread(scrape_many, port, names)
+    tail_until: float | None = None
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(window_over.wait(), FLUSH_POLL_S)
+        t_read = time.monotonic()
+        cur = await asyncio.to_thread(scrape_many, port, names)
+        ended = cur[FLUSH_COUNT] > prev[FLUSH_COUNT]
+        if ended:
+            spans.append((t_prev - (cur[FLUSH_SUM] - prev[FLUSH_SUM]), time.monotonic()))
+        prev, t_prev = cur, t_read
+        if window_over.is_set():
+            if tail_until is None:
+                tail_until = t_read + FLUSH_TAIL_S
+            if ended or t_read >= tail_until:
+                return
+            await asyncio.sleep(FLUSH_POLL_S)
+
+
+def split_by_flush(
+    sent_at: list[float], latencies: list[float], spans: list[tuple[float, float]]
+) -> dict[str, Any]:
+    """Latency percentiles of the adds sent while a storage flush ran (a
+    checkpoint's), and of the others: where the window's tail comes from."""
+    during: list[float] = []
+    outside: list[float] = []
+    for t, lat in zip(sent_at, latencies, strict=True):
+        (during if any(a <= t <= b for a, b in spans) else outside).append(lat)
+    return {
+        "flush_spans_s": [round(b - a, 1) for a, b in spans],
+        "share_of_adds_during_flush": round(len(during) / len(sent_at), 3) if sent_at else 0.0,
+        "during_flush": percentiles(during) if during else None,
+        "outside_flush": percentiles(outside) if outside else None,
+    }
 
 
 def cpu_seconds(pid: int) -> float:
@@ -430,9 +494,14 @@ async def run(
     fs0, t0 = scrape(metrics_port, "bookie_journal_fsync_latency_seconds_count"), time.monotonic()
     sent_at: list[float] = []
     send_lags: list[float] = []
+    spans: list[tuple[float, float]] = []
+    window_over = asyncio.Event()
+    watcher = asyncio.create_task(watch_flushes(metrics_port, window_over, spans))
     mine0 = time.process_time()
     n, elapsed, lat = await open_loop(load, half_rate, half_seconds, sent_at, send_lags)
     mine1 = time.process_time()
+    window_over.set()
+    await watcher
     fsyncs = (scrape(metrics_port, "bookie_journal_fsync_latency_seconds_count") - fs0) / (
         time.monotonic() - t0
     )
@@ -449,6 +518,7 @@ async def run(
         **percentiles(lat),
         "worst_second_p99_ms": max(by_second, default=0.0),
         "p99_by_second_ms": by_second,
+        **split_by_flush(sent_at, lat, spans),
         "checkpoints_in_window": round(checkpoints),
         # How long one took (each starts every flushInterval, a fixed rate).
         "checkpoint_mean_s": round(checkpoint_seconds / checkpoints, 2) if checkpoints else None,

@@ -151,12 +151,19 @@ def journal_settings(conf: Any) -> dict[str, Any]:
 def scrape(port: int, name: str) -> float:
     """The value of metric ``name`` on the endpoint at ``port``, summed over
     its labels."""
+    return scrape_many(port, (name,))[name]
+
+
+def scrape_many(port: int, names: tuple[str, ...]) -> dict[str, float]:
+    """Several metrics from one read of the endpoint (one instant), each
+    summed over its labels."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    total = 0.0
+    totals = dict.fromkeys(names, 0.0)
     for line in text.splitlines():
-        if re.match(rf"^{re.escape(name)}(\{{.*\}})? ", line):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+        for name in names:
+            if re.match(rf"^{re.escape(name)}(\{{.*\}})? ", line):
+                totals[name] += float(line.rsplit(" ", 1)[1])
+    return totals
 
 
 def start_bookies(procs: list[BookieProcess]) -> None:
