@@ -32,6 +32,9 @@ import asyncio
 import errno
 import hashlib
 import logging
+import os
+import sys
+import threading
 import time
 from array import array
 from collections.abc import Callable
@@ -51,6 +54,20 @@ from dlog.errors import NoSuchEntryError
 from dlog.failpoints import failpoint
 
 log = logging.getLogger(__name__)
+
+
+def lower_thread_priority(nice: int) -> None:
+    """Run the calling thread ``nice`` steps below the process's CPU
+    priority (dbStorage_flushThreadNice). Linux only: elsewhere
+    ``setpriority`` with a thread id would name a process."""
+    if nice <= 0 or not sys.platform.startswith("linux"):
+        return
+    tid = threading.get_native_id()
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+    except OSError as e:
+        log.warning("could not lower the storage thread's CPU priority: %s", e)
+
 
 T = TypeVar("T")
 
@@ -132,7 +149,10 @@ class SingleDirectoryDbLedgerStorage:
         self.read_ahead = conf.db_storage_read_ahead_cache_batch_size
         self.max_throttle = conf.db_storage_max_throttle_time_ms / 1000.0
         self._executor = ThreadPoolExecutor(
-            1, thread_name_prefix=f"db-storage-{directory.parent.name}"
+            1,
+            thread_name_prefix=f"db-storage-{directory.parent.name}",
+            initializer=lower_thread_priority,
+            initargs=(conf.db_storage_flush_thread_nice,),
         )
         self._in_progress = False
         self._current: asyncio.Task[None] | None = None

@@ -418,6 +418,21 @@ class BookieConfig(Config):
         max=100,
         unit="%",
     )
+    db_storage_flush_thread_nice: int = setting(
+        "dbStorage_flushThreadNice",
+        10,
+        "dlog: how much lower the CPU priority (Linux nice value, added to the "
+        "process's, at most 19) of the storage thread that flushes the write cache "
+        "is. A checkpoint's flush copies hundreds of MB into entry logs in the "
+        "kernel, outside the turns the event loop lends it; at a lower priority "
+        "the kernel gives a core to the event loop and the journal thread first "
+        "when they wake, as RocksDB lowers its compaction threads'. The flush still "
+        "gets every core they leave idle (and adds waiting for it leave the loop "
+        "idle). An unprivileged process cannot raise a priority again, so the "
+        "thread keeps it. 0 leaves it as the process's; ignored outside Linux.",
+        min=0,
+        max=19,
+    )
     db_storage_max_throttle_time_ms: int = setting(
         "dbStorage_maxThrottleTimeMs",
         10000,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
+import threading
 import time
 from pathlib import Path
 
@@ -180,6 +181,27 @@ async def test_flush_is_paced_by_the_setting(tmp_path: Path, percent: int, paced
     assert (sd.pacer.turns.granted > 0) is paced
     assert sd.pacer.slept == 0
     assert sd.get_entry(2, 9_999)[:16] == struct.pack(">qq", 2, 9_999)
+    await storage.close()
+
+
+def _thread_nice() -> int:
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+@pytest.mark.parametrize("nice", [0, 7])
+async def test_the_flush_thread_runs_at_the_configured_lower_priority(
+    tmp_path: Path, nice: int
+) -> None:
+    """dbStorage_flushThreadNice reaches the storage thread (the one that
+    flushes) and only it: the loop's thread keeps the process's priority."""
+    loop_nice = _thread_nice()
+    storage = _storage(tmp_path, dbStorage_flushThreadNice=nice)
+    sd = storage.dirs[0]
+    assert sd.on_storage_thread(_thread_nice) == min(19, loop_nice + nice)
+    _fill(storage, 1_000)
+    await storage.flush()  # the flush runs on that thread
+    assert sd.on_storage_thread(_thread_nice) == min(19, loop_nice + nice)
+    assert _thread_nice() == loop_nice
     await storage.close()
 
 
