@@ -294,10 +294,10 @@ async def open_loop(
         outstanding -= 1
         latencies.append(time.monotonic() - t0)
         when.append(t0)
-        if fut.exception() is not None:
-            failed[type(fut.exception()).__name__] += 1
-        elif fut.result().status != 0:
-            status = fut.result().status
+        exc = fut.exception()
+        if exc is not None:
+            failed[type(exc).__name__] += 1
+        elif (status := fut.result().status) != 0:
             failed[STATUS_NAMES.get(status, str(status))] += 1
         if not outstanding and not sending and not drained.done():
             drained.set_result(None)
