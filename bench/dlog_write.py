@@ -16,7 +16,10 @@ Three modes, each on its own stream with its settings printed:
   ``--single-seconds`` of one ``write_nowait`` per record (a future each).
 * **Light load** (``writerOutputBufferSize=0``, ``enableImmediateFlush=true``:
   every record sent at once, its LAC published as soon as it completes):
-  ``--light-rate`` records a second, open loop, for ``--light-seconds``;
+  ``--light-rate`` records a second, open loop, for ``--light-seconds``,
+  in steady state: it first runs until every bookie has completed two
+  checkpoints (flushing what the heavier loads left in its write cache), as
+  the moderate load does, and reports the checkpoints its window held;
   beside it, the same rate of bare 1 KiB write+fdatasync on the bookies'
   disk in the same window (bench/fsync_probe.py), since no record can be
   durable sooner than the disk syncs it.
@@ -53,6 +56,7 @@ import struct
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -364,6 +368,38 @@ async def checkpoints(args: argparse.Namespace) -> list[float]:
     ]
 
 
+async def settle(
+    args: argparse.Namespace, txid: int, second: Callable[[int], Awaitable[dict[str, Any]]]
+) -> tuple[dict[str, Any], list[float]]:
+    """Run ``second`` (one second of a phase's load from txid) until every
+    bookie has completed two checkpoints, the second started after the
+    previous load ended, for at most 2.5 flushIntervals: what a heavier load
+    left in the write caches is then flushed before the window, whose
+    checkpoints are the phase's own. Returns what to report (how long it took,
+    whether the cap came first, the next txid or an error) and the bookies'
+    checkpoint counts at the end."""
+    start = time.monotonic()
+    cp0 = await checkpoints(args)
+    done = [c + 2 for c in cp0]
+
+    def settled() -> bool:
+        return all(c >= d for c, d in zip(cp0, done, strict=True))
+
+    while not settled() and time.monotonic() - start < 2.5 * args.flush_interval_s:
+        result = await second(txid)
+        if result["errors"]:
+            return {"error": result["errors"]}, cp0
+        txid = result["next_txid"]
+        cp0 = await checkpoints(args)
+    return {
+        "next_txid": txid,
+        "settled_first_s": round(time.monotonic() - start, 1),
+        # False: the cap came first, and the window may still hold the
+        # flushing of what the heavier load left behind.
+        "settled_two_checkpoints_first": settled(),
+    }, cp0
+
+
 async def dlog_phase(log: LogManager, args: argparse.Namespace) -> dict[str, Any]:
     """Full load (``--in-flight`` records outstanding: throughput, latency
     mostly queueing), a moderate load (``--moderate-in-flight``), then
@@ -380,28 +416,17 @@ async def dlog_phase(log: LogManager, args: argparse.Namespace) -> dict[str, Any
         # Settle at the moderate load first: the full-load window leaves
         # hundreds of MB in each bookie's write cache, and the checkpoints
         # flushing them belong to that window, not to a steady moderate
-        # load. Every bookie must complete two checkpoints (the second
-        # started after full load ended), for at most 2.5 flushIntervals;
-        # then the window holds the moderate load's own checkpoints
+        # load. Then the window holds the moderate load's own checkpoints
         # (2.5 flushIntervals: two of each bookie's), and the report prints
         # how long settling took and how many checkpoints the window held.
-        settle_start = time.monotonic()
-        cp0 = await checkpoints(args)
-        done = [c + 2 for c in cp0]
-
-        def settled() -> bool:
-            return all(c >= d for c, d in zip(cp0, done, strict=True))
-
-        while not settled() and time.monotonic() - settle_start < 2.5 * args.flush_interval_s:
-            settle = await write_window(writer, txid, args.moderate_in_flight, 1.0, args.bulk)
-            if settle["errors"]:
-                return {"error": f"settling at moderate load failed: {settle['errors']}"}
-            txid = settle["next_txid"]
-            cp0 = await checkpoints(args)
-        settle_seconds = time.monotonic() - settle_start
-        # False: the cap came first, and the window may still hold the
-        # flushing of what full load left behind.
-        settle_complete = settled()
+        settled, cp0 = await settle(
+            args,
+            txid,
+            lambda t: write_window(writer, t, args.moderate_in_flight, 1.0, args.bulk),
+        )
+        if "error" in settled:
+            return {"error": f"settling at moderate load failed: {settled['error']}"}
+        txid = settled.pop("next_txid")
         moderate, txid = await closed_loop_window(
             writer,
             tail,
@@ -410,8 +435,7 @@ async def dlog_phase(log: LogManager, args: argparse.Namespace) -> dict[str, Any
             args.moderate_seconds or max(args.seconds / 2, 2.5 * args.flush_interval_s),
             args.bulk,
         )
-        moderate["settled_first_s"] = round(settle_seconds, 1)
-        moderate["settled_two_checkpoints_first"] = settle_complete
+        moderate.update(settled)
         moderate["checkpoints_in_window_per_bookie"] = [
             round(b - a) for a, b in zip(cp0, await checkpoints(args), strict=True)
         ]
@@ -434,6 +458,14 @@ async def light_phase(log: LogManager, args: argparse.Namespace) -> dict[str, An
         warm = await open_loop_window(writer, 0, args.light_rate, 1.0)
         if warm["errors"]:
             return {"error": f"warm-up failed: {warm['errors']}"}
+        # The loads before this one left their entries in the bookies' write
+        # caches: their checkpoints are flushed first, at the light rate.
+        settled, cp0 = await settle(
+            args, warm["next_txid"], lambda t: open_loop_window(writer, t, args.light_rate, 1.0)
+        )
+        if "error" in settled:
+            return {"error": f"settling at light load failed: {settled['error']}"}
+        txid = settled.pop("next_txid")
         probe = await asyncio.create_subprocess_exec(
             sys.executable,
             str(Path(__file__).with_name("fsync_probe.py")),
@@ -445,10 +477,14 @@ async def light_phase(log: LogManager, args: argparse.Namespace) -> dict[str, An
         result, _ = await measured_window(
             writer,
             tail,
-            warm["next_txid"],
-            lambda txid: open_loop_window(writer, txid, args.light_rate, args.light_seconds),
+            txid,
+            lambda t: open_loop_window(writer, t, args.light_rate, args.light_seconds),
             {},
         )
+        result.update(settled)
+        result["checkpoints_in_window_per_bookie"] = [
+            round(b - a) for a, b in zip(cp0, await checkpoints(args), strict=True)
+        ]
         out, _ = await probe.communicate()
         # The disk meanwhile, alone: when it stalls, every record in flight waits.
         result["device_fdatasync_same_window"] = json.loads(out) if out else {"error": "no output"}
