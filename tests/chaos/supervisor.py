@@ -96,6 +96,18 @@ class Supervisor:
             slot.process = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env
             )
+        self._note(slot, slot.process, "started")
+
+    def _note(self, slot: Slot, p: subprocess.Popen[bytes], what: str) -> None:
+        """A line in the slot's log from the supervisor: when each
+        incarnation started and how it ended, so an exit code in the report
+        can be matched with what that process logged (an incarnation that
+        logs nothing still shows)."""
+        proc = p.args[p.args.index("--proc") + 1] if isinstance(p.args, list) else "?"
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        line = f"{stamp} supervisor: {proc} (pid {p.pid}) {what}\n"
+        with open(self.directory / "logs" / f"{slot.name}.log", "a") as f:
+            f.write(line)
 
     def poll(self) -> None:
         """Start a new incarnation of every slot whose process ended."""
@@ -103,12 +115,14 @@ class Supervisor:
             if z.poll() is not None:
                 self.zombies.remove((slot, z))
                 slot.exits[z.returncode] = slot.exits.get(z.returncode, 0) + 1
+                self._note(slot, z, f"exited {z.returncode}")
         if self.stopping:
             return
         for slot in self.slots.values():
             p = slot.process
             if p is not None and p.poll() is not None:
                 slot.exits[p.returncode] = slot.exits.get(p.returncode, 0) + 1
+                self._note(slot, p, f"exited {p.returncode}")
                 slot.process = None
             if slot.process is None and slot.restart:
                 self._start(slot)
@@ -149,8 +163,9 @@ class Supervisor:
         procs = [(s, s.process) for s in self.slots.values() if s.process is not None]
         procs += self.zombies
         self.zombies = []
-        for _, p in procs:
+        for slot, p in procs:
             if p.poll() is None:
+                self._note(slot, p, "sent SIGTERM (stopping the workload)")
                 p.terminate()
         deadline = time.monotonic() + timeout
         codes: dict[str, int] = {}
@@ -162,6 +177,7 @@ class Supervisor:
                 p.wait()
                 code = -1000  # did not stop when told: a hang, reported as a crash
             slot.exits[code] = slot.exits.get(code, 0) + 1
+            self._note(slot, p, f"exited {code}")
             codes[slot.name] = code
             if slot.process is p:
                 slot.process = None
