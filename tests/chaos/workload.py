@@ -88,6 +88,15 @@ class Actor:
         loop.add_signal_handler(signal.SIGTERM, self.stopping.set)
         loop.add_signal_handler(signal.SIGINT, self.stopping.set)
 
+    def finishing(self) -> None:
+        """The role is over (done, or broken by a fault): take SIGTERM back
+        from the loop. Closing the loop would reset it to the default action
+        while executor threads are still joined, and the runner's stop
+        landing then killed an actor that was ending on its own (-15, a
+        "crash"). From here on a stop is ignored: the actor is exiting."""
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, lambda *_: None)
+
     async def namespace(self, **extra: Any) -> Any:
         from dlog.namespace import Namespace
 
@@ -505,6 +514,7 @@ async def _main(args: argparse.Namespace) -> int:
         log.warning("%s: %s: %s", args.proc, type(e).__name__, e)
         return EXIT_BROKEN
     finally:
+        actor.finishing()
         actor.rec.close()
 
 
@@ -525,10 +535,11 @@ def main(argv: list[str] | None = None) -> int:
     import uvloop
 
     code = uvloop.run(_main(args))
-    # The loop is closed and SIGTERM is back to its default: an actor that
-    # then hangs in interpreter shutdown is killed by the runner's SIGTERM
-    # (exit -15). Dump every thread's stack to the log first, so the hang
-    # can be seen; the default action follows.
+    # SIGTERM has been ignored since the role ended (Actor.finishing). An
+    # actor that hangs from here (interpreter shutdown) outlives the
+    # runner's SIGTERM and is killed when the stop times out, reported as a
+    # hang; the SIGTERM dumps every thread's stack to the log first, so the
+    # hang can be seen.
     faulthandler.register(signal.SIGTERM, file=sys.stderr, all_threads=True, chain=True)
     return code
 
