@@ -1,11 +1,17 @@
 """The chaos supervisor's actors and SIGTERM: a stop that arrives while an
 actor is still starting (a replacement the supervisor started just before
 the workload is stopped) ends it cleanly, not by SIGTERM's default action,
-which the run would report as a crash (exit -15)."""
+which the run would report as a crash (exit -15); and so does a stop that
+arrives while an actor is ending on its own."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from tests.chaos.supervisor import Supervisor
@@ -47,3 +53,40 @@ def test_actors_start_without_at_fork_handlers_in_the_child(tmp_path: Path) -> N
     finally:
         _marker.clear()
     assert not marker.exists(), marker.read_text()
+
+
+_ENDING_ACTOR = """
+import signal, sys
+from tests.chaos import workload
+signal.signal(signal.SIGTERM, lambda *_: None)  # as Actor.finishing leaves it
+garbage = [[i] for i in range(2_000_000)]  # finalization frees it: slow
+print("ending", flush=True)
+workload._exit(3) if sys.argv[1] == "actor" else sys.exit(3)
+"""
+
+
+def _exit_code_under_sigterms(how: str) -> int:
+    """Run an actor's last moments while SIGTERM arrives every millisecond,
+    as when the runner stops the workload just as an actor ends on its own."""
+    p = subprocess.Popen(
+        [sys.executable, "-c", _ENDING_ACTOR, how],
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert p.stdout is not None
+    assert p.stdout.readline() == b"ending\n"
+    while p.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            p.send_signal(signal.SIGTERM)
+        time.sleep(0.001)
+    return p.wait()
+
+
+def test_an_actor_ending_on_its_own_keeps_its_exit_code_when_stopped() -> None:
+    """Python's finalization resets the signals it handles to the default
+    action, so a stop landing in an exit's last milliseconds used to kill an
+    actor that had already returned its code (-15, reported as a crash)."""
+    # The control: a plain exit under the same stops dies by SIGTERM, so
+    # this test can tell the two apart.
+    assert _exit_code_under_sigterms("plain") == -signal.SIGTERM
+    assert _exit_code_under_sigterms("actor") == 3

@@ -41,7 +41,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from tests.chaos.history import Recorder, dlsn_value
 
@@ -96,6 +96,11 @@ class Actor:
         "crash"). From here on a stop is ignored: the actor is exiting."""
         asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
         signal.signal(signal.SIGTERM, lambda *_: None)
+        # An actor that hangs from here (closing the loop, joining executor
+        # threads) outlives the runner's SIGTERM and is killed when the stop
+        # times out, reported as a hang; the SIGTERM dumps every thread's
+        # stack to the log first, so the hang can be seen.
+        faulthandler.register(signal.SIGTERM, file=sys.stderr, all_threads=True, chain=True)
 
     async def namespace(self, **extra: Any) -> Any:
         from dlog.namespace import Namespace
@@ -518,7 +523,7 @@ async def _main(args: argparse.Namespace) -> int:
         actor.rec.close()
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> NoReturn:
     # Stopped before the loop takes SIGTERM over (the runner stops the
     # workload while a replacement is still starting): nothing was done yet,
     # so this is a clean stop, not the default action's -15.
@@ -531,18 +536,28 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.WARNING, format=f"%(asctime)s {args.proc} %(levelname)s %(name)s %(message)s"
     )
     if args.role == "spark":
-        return run_spark(args)
-    import uvloop
+        code = run_spark(args)
+    else:
+        import uvloop
 
-    code = uvloop.run(_main(args))
-    # SIGTERM has been ignored since the role ended (Actor.finishing). An
-    # actor that hangs from here (interpreter shutdown) outlives the
-    # runner's SIGTERM and is killed when the stop times out, reported as a
-    # hang; the SIGTERM dumps every thread's stack to the log first, so the
-    # hang can be seen.
-    faulthandler.register(signal.SIGTERM, file=sys.stderr, all_threads=True, chain=True)
-    return code
+        code = uvloop.run(_main(args))
+    _exit(code)
+
+
+def _exit(code: int) -> NoReturn:
+    """Leave without the interpreter's finalization. It resets every signal
+    Python handles to the default action before the process is gone, so a
+    stop landing in those last milliseconds killed an actor that was ending
+    on its own (-15, a "crash": seen in CI after a ZooKeeper restart
+    expired every session and the runner stopped the workload as the
+    actors exited). The history was closed and the role cleaned up already;
+    only buffered output is left to flush."""
+    logging.shutdown()
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
