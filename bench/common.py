@@ -11,6 +11,7 @@ import signal
 import sys
 import tempfile
 import urllib.request
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,18 @@ PER_BOOKIE_KEYS = {
     "prometheusStatsHttpPort",
     "bookieId",
 }
+
+
+def latency_log() -> array[int]:
+    """Where a benchmark keeps its latencies (ns), one per record: an array,
+    not a list. A window holds millions: as a list of distinct ints (the
+    tail reader's) that is about 40 bytes each instead of 8, some 270 MB
+    against 55 MB for 6.7 million records, and a container the garbage
+    collector traverses inside the process being measured. (One tail
+    reader, with the list, stalled 65 ms in a single collection late in a
+    window; four alternating pairs of the 1,000-in-flight phase with and
+    without the array split 2-2 on end-to-end p99.)"""
+    return array("q")
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:

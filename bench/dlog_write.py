@@ -56,7 +56,7 @@ import struct
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,7 @@ from common import (
     check_cluster_args,
     dlog_config,
     effective_settings,
+    latency_log,
     local_cluster,
     parse_sets,
     percentiles,
@@ -111,7 +112,7 @@ _REPORTED_KEYS = (
 )
 
 
-def ms(samples_ns: list[int]) -> dict[str, float]:
+def ms(samples_ns: Iterable[int]) -> dict[str, float]:
     return percentiles([s / 1e9 for s in samples_ns])
 
 
@@ -188,7 +189,7 @@ async def write_window(
     now = time.monotonic_ns
     pad = os.urandom(RECORD_SIZE - _STAMP.size)
     pack = _STAMP.pack
-    latencies: list[int] = []
+    latencies = latency_log()
     errors: list[str] = []
     room = asyncio.Event()
     drained = loop.create_future()
@@ -268,7 +269,7 @@ async def open_loop_window(
     loop = asyncio.get_running_loop()
     now = time.monotonic_ns
     pad = os.urandom(RECORD_SIZE - _STAMP.size)
-    latencies: list[int] = []
+    latencies = latency_log()
     errors: list[str] = []
     pending: set[asyncio.Future[Any]] = set()
 

@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Any
 
-from common import percentiles
+from common import latency_log, percentiles
 
 from dlog.bookie.main import install_event_loop_policy, tune_runtime
 from dlog.conf.dlog import DLogConfig
@@ -46,7 +46,7 @@ class Window:
         self.first_txid = first_txid
         self.started = time.perf_counter()
         self.started_ns = time.monotonic_ns()
-        self.latencies: list[int] = []
+        self.latencies = latency_log()
         #: (second of the window, index into latencies): where each second's
         #: reads begin, for the per-second p99.
         self.seconds: list[tuple[int, int]] = []
@@ -55,7 +55,7 @@ class Window:
         second = (received_ns - self.started_ns) // 1_000_000_000
         if not self.seconds or self.seconds[-1][0] != second:
             self.seconds.append((second, len(self.latencies)))
-        self.latencies += latencies
+        self.latencies.extend(latencies)
 
     def p99_by_second(self) -> list[float]:
         """The p99 of the records read in each second of the window (seconds
