@@ -263,10 +263,15 @@ class WriteHandle:
             if self._gen[idx] == gen:
                 self._bookie_failed(idx, gen, bookie, f"cannot connect: {e}")
             return
-        if self._error is not None or self._closed or self._gen[idx] != gen:
+        if self._error is not None or self._gen[idx] != gen:
+            return
+        if self._closed and not op.done:
             return
         # An entry that completed at its ack quorum meanwhile still goes to
-        # the rest of its write quorum.
+        # the rest of its write quorum, even once the handle is closed (as
+        # BookKeeper's queued sends do): a writer that closes right after
+        # its acks otherwise left every entry sent while this connection came
+        # up one replica short, for the auditor to find and copy.
         self._dispatch(conn, op, idx, gen, bookie)
 
     def _on_response(

@@ -284,3 +284,37 @@ async def test_znode_bytes_decode_with_an_independent_decoder(
     extra = {n: v for n, v in fields if n >= 100}
     assert version == 4 and dict(_fields(extra[100]))[3] == b"s"
     assert dict(_fields(extra[101]))[1] == CloseReason.NO_MORE_DATA.value and 102 in extra
+
+
+async def test_entries_reach_a_replica_whose_connection_comes_up_after_close(
+    make_bookie, ledgers_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """W=3, A=2 and one bookie slow to connect: every entry completes on the
+    other two and the writer closes at once. The third copies still go out
+    once the connection is up, as BookKeeper's queued sends do, so the
+    ledger is not left one replica short for the auditor to repair."""
+    bookies = await start_bookies(make_bookie, 3)
+    slow = bookies[2]
+    async with BookKeeper(ledgers_uri) as bk:
+        pool = bk.pool
+        connect = pool._connect
+
+        async def slow_connect(address: str):  # type: ignore[no-untyped-def]
+            if address == slow.bookie_id:
+                await asyncio.sleep(0.5)
+            return await connect(address)
+
+        monkeypatch.setattr(pool, "_connect", slow_connect)
+        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        await asyncio.gather(*(wh.append_nowait(f"e{i}".encode()) for i in range(50)))
+        await wh.close()
+        assert pool.connected(slow.bookie_id) is None  # closed before the third copies left
+
+        async def held() -> list[int]:
+            statuses = [(await slow.core.read_entry(wh.ledger_id, i))[0] for i in range(50)]
+            return [i for i, status in enumerate(statuses) if status == 0]
+
+        deadline = asyncio.get_running_loop().time() + 10
+        while len(have := await held()) < 50:
+            assert asyncio.get_running_loop().time() < deadline, f"the slow bookie holds {have}"
+            await asyncio.sleep(0.1)
