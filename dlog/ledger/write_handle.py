@@ -263,9 +263,7 @@ class WriteHandle:
             if self._gen[idx] == gen:
                 self._bookie_failed(idx, gen, bookie, f"cannot connect: {e}")
             return
-        if self._error is not None or self._gen[idx] != gen:
-            return
-        if self._closed and not op.done:
+        if self._error is not None or self._gen[idx] != gen or (self._closed and not op.done):
             return
         # An entry that completed at its ack quorum meanwhile still goes to
         # the rest of its write quorum, even once the handle is closed (as
