@@ -97,7 +97,7 @@ def test_core_dependencies_are_the_client_library() -> None:
 def test_metadata_builds_without_deprecation_warnings(tmp_path: Path) -> None:
     """The license is an SPDX expression (PEP 639), not the deprecated
     ``{ text = ... }`` table setuptools warns about on every install."""
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         (tmp_path / name).write_text((ROOT / name).read_text())
     for package in ("dlog", "subscriptions"):
         (tmp_path / package).mkdir()
