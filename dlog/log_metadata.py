@@ -531,7 +531,11 @@ class LogMetadataStore:
         seq = seg.log_segment_sequence_no
         top_txid = seg.first_txid if seg.in_progress else max(seg.first_txid, seg.last_txid)
         for _ in range(_CAS_ATTEMPTS):
-            max_seq, seq_version = await self.get_max_seqno(name)
+            # Both reads at once: starting a segment holds up the writes
+            # queued behind a roll, one ZooKeeper round trip each.
+            (max_seq, seq_version), (max_txid, txid_version) = await asyncio.gather(
+                self.get_max_seqno(name), self.get_max_txid(name)
+            )
             if max_seq != UNASSIGNED_SEQNO and seq != max_seq + 1:
                 landed = await self._holds(path, data)
                 if landed is not None and max_seq == seq:
@@ -540,7 +544,6 @@ class LogMetadataStore:
                     f"log {name!r}: segment {seq} does not follow the max segment "
                     f"sequence number {max_seq}"
                 )
-            max_txid, txid_version = await self.get_max_txid(name)
             ops: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
                 ("create", (path, data), {}),
                 ("set_data", (p.ledgers, encode_long(seq)), {"version": seq_version}),

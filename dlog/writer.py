@@ -17,8 +17,11 @@ is published: on the next entry, or explicitly once the writer is idle; with
 
 Segments roll at ``maxLogSegmentBytes`` or ``logSegmentRollingMinutes``:
 the old segment's remaining entries are flushed, its ledger is closed and
-its metadata completed; records written meanwhile wait only for that
-metadata update and go into the next segment, in order.
+its metadata completed while the next segment's ledger is created; records
+written meanwhile wait for both, then for the next segment's znode, and go
+into it in order. A ledger made for a segment that does not follow (the
+writer failed, or nothing was written during the roll) is deleted at once,
+so every ledger the writer keeps belongs to a segment.
 
 A writer that loses its lock (ZooKeeper session expiry) or whose ledger is
 fenced by a newer writer fails its pending and later writes with
@@ -203,6 +206,8 @@ class LogWriter:
         self._queued = deque()
         self._starting: asyncio.Task[None] | None = None
         self._completing: asyncio.Task[None] | None = None
+        # The next segment's ledger, created during a roll (see _roll).
+        self._next_ledger: asyncio.Task[tuple[LedgerAppender, list[_Segment]]] | None = None
         self._error: DLogError | None = None
         self._closed = False
         self._eos = False
@@ -614,28 +619,8 @@ class LogWriter:
 
     async def _create_segment(self, first_txid: int) -> _Segment:
         seqno = self._next_seqno
-        ctx = LedgerCreateContext(
-            created_by=LedgerOwner(system="dlog", service="log-writer", instance=self._lock.owner),
-            part_of_data_set=self.ctx.data_set,
-            expected_max_open_duration_ms=int(self._max_segment_age * 1000),
-            expected_max_length=self._max_segment_bytes,
-            follows_ledger=self._prev_ledger,
-        )
-        seg: _Segment | None = None
-        appender = await LedgerAppender.create(
-            self._bk,
-            self.ctx.ledger_spec(),
-            ctx,
-            name=f"stream {self.name!r}",
-            tasks=self._tasks,
-            fenced=self._fenced,
-            passthrough=(WriteFencedError, LockingError),
-            policy=self._roll_policy,
-            lac_eager=self._lac_eager,
-            # Idle: publish the LAC so tailing readers see the last entry,
-            # unless the segment is rolling (closing it seals the LAC).
-            lac_wanted=lambda: seg is not None and not seg.rolling,
-        )
+        task, self._next_ledger = self._next_ledger, None
+        appender, owner = await (task if task is not None else self._create_ledger())
         meta = LogSegmentMetadata(
             ledger_id=appender.ledger_id,
             first_txid=first_txid,
@@ -657,21 +642,80 @@ class LogWriter:
             appender=appender,
             buffer=RecordSetWriter(compression=self._compression),
         )
+        owner.append(seg)
         return seg
+
+    async def _create_ledger(self) -> tuple[LedgerAppender, list[_Segment]]:
+        """A ledger for the next segment, and the (empty) list its segment
+        joins once created."""
+        ctx = LedgerCreateContext(
+            created_by=LedgerOwner(system="dlog", service="log-writer", instance=self._lock.owner),
+            part_of_data_set=self.ctx.data_set,
+            expected_max_open_duration_ms=int(self._max_segment_age * 1000),
+            expected_max_length=self._max_segment_bytes,
+            follows_ledger=self._prev_ledger,
+        )
+        owner: list[_Segment] = []
+        appender = await LedgerAppender.create(
+            self._bk,
+            self.ctx.ledger_spec(),
+            ctx,
+            name=f"stream {self.name!r}",
+            tasks=self._tasks,
+            fenced=self._fenced,
+            passthrough=(WriteFencedError, LockingError),
+            policy=self._roll_policy,
+            lac_eager=self._lac_eager,
+            # Idle: publish the LAC so tailing readers see the last entry,
+            # unless the segment is rolling (closing it seals the LAC).
+            lac_wanted=lambda: bool(owner) and not owner[0].rolling,
+        )
+        return appender, owner
+
+    async def _discard_next_ledger(self, why: str) -> None:
+        """Delete the ledger made for a next segment that will not come."""
+        task, self._next_ledger = self._next_ledger, None
+        if task is None:
+            return
+        try:
+            appender, _ = await task
+        except Exception:
+            return  # never created: nothing to delete
+        # Due for deletion now: if the delete fails, BP-44's orphan audit
+        # finds the ledger once the grace has passed.
+        await appender.discard(self._bk, why, expect_delete_after=_now_ms())
 
     def _roll(self, seg: _Segment, reason: str) -> None:
         seg.rolling = True
         self._segment = None
+        # The next segment's ledger is created while this one completes, so
+        # records written meanwhile wait for the slower of the two, not for
+        # both in turn (a ledger takes two ZooKeeper writes, completing
+        # three to four). Its segment znode needs the completed one first.
+        if self._next_ledger is None:
+            self._next_ledger = self._tasks.spawn(self._create_ledger())
         self._completing = self._tasks.spawn(self._roll_segment(seg, reason))
 
     async def _roll_segment(self, seg: _Segment, reason: str) -> None:
         try:
-            close = close_context(reason, expect_delete_after=self._expect_delete_after())
-            await self._complete(seg, close)
-        except DLogError as e:
-            self._set_error(e)
-        except Exception as e:
-            self._set_error(BKTransmitError(f"stream {self.name!r}: rolling segment failed: {e!r}"))
+            try:
+                close = close_context(reason, expect_delete_after=self._expect_delete_after())
+                await self._complete(seg, close)
+            except DLogError as e:
+                self._set_error(e)
+            except Exception as e:
+                self._set_error(
+                    BKTransmitError(f"stream {self.name!r}: rolling segment failed: {e!r}")
+                )
+            if not self._queued:
+                # No segment follows now: nothing was written during the
+                # roll, or the writer failed (and its queue with it). No
+                # ledger waits for one: a crash would leave it in none.
+                await self._discard_next_ledger(
+                    "the writer failed while rolling its segment"
+                    if self._error is not None
+                    else "nothing was written after the roll"
+                )
         finally:
             self._completing = None
         self._ensure_segment()
@@ -773,6 +817,12 @@ class LogWriter:
                         "stream %s: could not complete the segment on close: %s", self.name, e
                     )
         finally:
+            # A failed writer skips the flush that waits for a roll or a
+            # segment start still running: they end before the lock goes.
+            while self._starting is not None or self._completing is not None:
+                running = [t for t in (self._starting, self._completing) if t is not None]
+                await asyncio.gather(*running, return_exceptions=True)
+            await self._discard_next_ledger("the writer closed")
             await self._purger.stop()
             await self._lock.release()
 
