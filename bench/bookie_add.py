@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import re
@@ -68,7 +67,8 @@ from common import (
     parse_sets,
     percentiles,
     scrape,
-    scrape_many,
+    split_by_spans,
+    watch_flushes,
 )
 
 from dlog.bookie.main import install_event_loop_policy, tune_runtime
@@ -364,58 +364,14 @@ def p99_by_second(sent_at: list[float], latencies: list[float]) -> list[float]:
     return [percentiles(slices[k])["p99_ms"] for k in sorted(slices) if len(slices[k]) >= 100]
 
 
-FLUSH_COUNT = "bookie_ledger_storage_flush_latency_seconds_count"
-FLUSH_SUM = "bookie_ledger_storage_flush_latency_seconds_sum"
-#: How often the half-load window reads the bookie's flush histogram.
-FLUSH_POLL_S = 0.5
-#: After the window, how long to wait for a flush still running to end.
-FLUSH_TAIL_S = 8.0
-
-
-async def watch_flushes(
-    port: int, window_over: asyncio.Event, spans: list[tuple[float, float]]
-) -> None:
-    """Read the bookie's flush histogram every FLUSH_POLL_S. A flush
-    counted between two reads ended after the first began and before the
-    second returned, and started its duration (the sum's growth) before
-    its end: ``spans`` gets a span that surely holds it (at most one poll
-    wider). Once ``window_over``, a flush still running is waited for (at
-    most FLUSH_TAIL_S), then the watch ends."""
-    names = (FLUSH_COUNT, FLUSH_SUM)
-    t_prev = time.monotonic()
-    prev = await asyncio.to_thread(scrape_many, port, names)
-    tail_until: float | None = None
-    while True:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(window_over.wait(), FLUSH_POLL_S)
-        t_read = time.monotonic()
-        cur = await asyncio.to_thread(scrape_many, port, names)
-        ended = cur[FLUSH_COUNT] > prev[FLUSH_COUNT]
-        if ended:
-            spans.append((t_prev - (cur[FLUSH_SUM] - prev[FLUSH_SUM]), time.monotonic()))
-        prev, t_prev = cur, t_read
-        if window_over.is_set():
-            if tail_until is None:
-                tail_until = t_read + FLUSH_TAIL_S
-            if ended or t_read >= tail_until:
-                return
-            await asyncio.sleep(FLUSH_POLL_S)
-
-
 def split_by_flush(
     sent_at: list[float], latencies: list[float], spans: list[tuple[float, float]]
 ) -> dict[str, Any]:
     """Latency percentiles of the adds sent while a storage flush ran (a
     checkpoint's), and of the others: where the window's tail comes from."""
-    during: list[float] = []
-    outside: list[float] = []
-    for t, lat in zip(sent_at, latencies, strict=True):
-        (during if any(a <= t <= b for a, b in spans) else outside).append(lat)
     return {
         "flush_spans_s": [round(b - a, 1) for a, b in spans],
-        "share_of_adds_during_flush": round(len(during) / len(sent_at), 3) if sent_at else 0.0,
-        "during_flush": percentiles(during) if during else None,
-        "outside_flush": percentiles(outside) if outside else None,
+        **split_by_spans(zip(sent_at, latencies, strict=True), spans),
     }
 
 

@@ -4,15 +4,17 @@ and a local ZooKeeper + bookies started for one run and always torn down."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import re
 import shutil
 import signal
 import sys
 import tempfile
+import time
 import urllib.request
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +182,62 @@ def scrape_many(port: int, names: tuple[str, ...]) -> dict[str, float]:
             if re.match(rf"^{re.escape(name)}(\{{.*\}})? ", line):
                 totals[name] += float(line.rsplit(" ", 1)[1])
     return totals
+
+
+FLUSH_COUNT = "bookie_ledger_storage_flush_latency_seconds_count"
+FLUSH_SUM = "bookie_ledger_storage_flush_latency_seconds_sum"
+#: How often a measured window reads a bookie's flush histogram.
+FLUSH_POLL_S = 0.5
+#: After the window, how long to wait for a flush still running to end.
+FLUSH_TAIL_S = 8.0
+
+
+async def watch_flushes(
+    port: int, window_over: asyncio.Event, spans: list[tuple[float, float]]
+) -> None:
+    """Read a bookie's flush histogram every FLUSH_POLL_S. A flush
+    counted between two reads ended after the first began and before the
+    second returned, and started its duration (the sum's growth) before
+    its end: ``spans`` gets a span (``time.monotonic`` seconds) that surely
+    holds it, at most one poll wider. Once ``window_over``, a flush still
+    running is waited for (at most FLUSH_TAIL_S), then the watch ends."""
+    names = (FLUSH_COUNT, FLUSH_SUM)
+    t_prev = time.monotonic()
+    prev = await asyncio.to_thread(scrape_many, port, names)
+    tail_until: float | None = None
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(window_over.wait(), FLUSH_POLL_S)
+        t_read = time.monotonic()
+        cur = await asyncio.to_thread(scrape_many, port, names)
+        ended = cur[FLUSH_COUNT] > prev[FLUSH_COUNT]
+        if ended:
+            spans.append((t_prev - (cur[FLUSH_SUM] - prev[FLUSH_SUM]), time.monotonic()))
+        prev, t_prev = cur, t_read
+        if window_over.is_set():
+            if tail_until is None:
+                tail_until = t_read + FLUSH_TAIL_S
+            if ended or t_read >= tail_until:
+                return
+            await asyncio.sleep(FLUSH_POLL_S)
+
+
+def split_by_spans(
+    samples: Iterable[tuple[float, float]], spans: list[tuple[float, float]], what: str = "adds"
+) -> dict[str, Any]:
+    """Latency percentiles of the samples (send time, latency, in seconds)
+    sent while a flush ran (inside one of ``spans``) and of the others:
+    how much of a window's tail the flushes make."""
+    during: list[float] = []
+    outside: list[float] = []
+    for t, lat in samples:
+        (during if any(a <= t <= b for a, b in spans) else outside).append(lat)
+    n = len(during) + len(outside)
+    return {
+        f"share_of_{what}_during_flush": round(len(during) / n, 3) if n else 0.0,
+        "during_flush": percentiles(during) if during else None,
+        "outside_flush": percentiles(outside) if outside else None,
+    }
 
 
 def start_bookies(procs: list[BookieProcess]) -> None:

@@ -30,7 +30,10 @@ big-endian; the clock is the machine's, shared by every process); a
 reader tailing the stream in another process measures writer-to-reader
 latency when the record reaches its application, and the p99 of each
 second of the window (the reader falling behind, or a checkpoint's stall,
-shows there).
+shows there). In the moderate and light windows, the bookies' flush
+histograms are read every 0.5 s, and the end-to-end percentiles are also
+given for the records sent while any bookie flushed and for the others
+(``end_to_end.by_flush``): how much of the tail the flushes make.
 
 In the same run, on the same bookies and client, the baseline: pipelined
 1 KiB ledger appends (dlog.ledger.client.BookKeeper, E3 W2 A2, as
@@ -56,7 +59,7 @@ import struct
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +75,7 @@ from common import (
     percentiles,
     reported_dlog_settings,
     scrape,
+    watch_flushes,
 )
 from ledger_throughput import closed_loop
 
@@ -166,6 +170,14 @@ class Tail:
         if not line:
             return {"records": 0, "errors": [f"the tailing reader exited ({self.proc.returncode})"]}
         result: dict[str, Any] = json.loads(line)
+        return result
+
+    async def by_flush(self, spans: list[tuple[float, float]]) -> dict[str, Any]:
+        """The last window's records split by whether they were sent while
+        a bookie flushed (during one of ``spans``)."""
+        await self._send(f"split {json.dumps(spans)}")
+        line = await self._line(120)
+        result: dict[str, Any] = json.loads(line) if line else {"error": "no answer"}
         return result
 
     async def close(self) -> None:
@@ -314,15 +326,28 @@ async def open_loop_window(
 
 
 async def measured_window(
-    writer: LogWriter, tail: Tail | None, first_txid: int, window: Any, what: dict[str, Any]
+    writer: LogWriter,
+    tail: Tail | None,
+    first_txid: int,
+    window: Any,
+    what: dict[str, Any],
+    flush_ports: Sequence[int] = (),
 ) -> tuple[dict[str, Any], int]:
     """One measured write window (the coroutine function ``window`` given
     the first txid) and the tailing reader's view of it; returns (result,
-    next txid). ``what`` describes the load, into the result."""
+    next txid). ``what`` describes the load, into the result. With
+    ``flush_ports`` (bookies' metrics ports), the end-to-end figures are
+    also split by whether a record was sent while any of them flushed."""
     if tail is not None:
         await tail.measure(first_txid)
     entries_before = writer.entries_written
-    result = await window(first_txid)
+    spans: list[tuple[float, float]] = []
+    window_over = asyncio.Event()
+    watchers = [asyncio.create_task(watch_flushes(p, window_over, spans)) for p in flush_ports]
+    try:
+        result = await window(first_txid)
+    finally:
+        window_over.set()
     next_txid = result.pop("next_txid")
     result.update(what)
     entries = writer.entries_written - entries_before
@@ -331,12 +356,26 @@ async def measured_window(
     result["records_per_entry"] = round(records_per_entry, 1)
     result["avg_entry_bytes"] = round(13 + records_per_entry * (RECORD_HEADER_SIZE + RECORD_SIZE))
     if tail is None:
+        await asyncio.gather(*watchers)
         return {"write": result}, next_txid
-    return {"write": result, "end_to_end": await tail.until(next_txid)}, next_txid
+    end_to_end, *_ = await asyncio.gather(tail.until(next_txid), *watchers)
+    if watchers:
+        spans.sort()
+        end_to_end["by_flush"] = {
+            "flush_spans_s": [round(b - a, 1) for a, b in spans],
+            **await tail.by_flush(spans),
+        }
+    return {"write": result, "end_to_end": end_to_end}, next_txid
 
 
 async def closed_loop_window(
-    writer: LogWriter, tail: Tail | None, first_txid: int, in_flight: int, seconds: float, bulk: int
+    writer: LogWriter,
+    tail: Tail | None,
+    first_txid: int,
+    in_flight: int,
+    seconds: float,
+    bulk: int,
+    flush_ports: Sequence[int] = (),
 ) -> tuple[dict[str, Any], int]:
     return await measured_window(
         writer,
@@ -344,6 +383,7 @@ async def closed_loop_window(
         first_txid,
         lambda txid: write_window(writer, txid, in_flight, seconds, bulk),
         {"in_flight": in_flight, "bulk_records": bulk},
+        flush_ports,
     )
 
 
@@ -435,6 +475,7 @@ async def dlog_phase(log: LogManager, args: argparse.Namespace) -> dict[str, Any
             args.moderate_in_flight,
             args.moderate_seconds or max(args.seconds / 2, 2.5 * args.flush_interval_s),
             args.bulk,
+            args.bookie_metrics_ports,
         )
         moderate.update(settled)
         moderate["checkpoints_in_window_per_bookie"] = [
@@ -481,6 +522,7 @@ async def light_phase(log: LogManager, args: argparse.Namespace) -> dict[str, An
             txid,
             lambda t: open_loop_window(writer, t, args.light_rate, args.light_seconds),
             {},
+            args.bookie_metrics_ports,
         )
         result.update(settled)
         result["checkpoints_in_window_per_bookie"] = [

@@ -17,6 +17,10 @@ its reader is open, then takes commands on stdin, one per line:
 * ``until NEXT``: once every record before txid NEXT has been read (or 30 s
   have passed: an error), print one JSON line with the window's records,
   latency percentiles, records read per second and errors;
+* ``split SPANS``: for the window ``until`` reported, one JSON line with
+  the percentiles of its records sent during the flushes in SPANS (a JSON
+  list of ``[start, end]`` pairs, ``time.monotonic`` seconds) and of the
+  others;
 * ``quit``: close the reader and exit.
 """
 
@@ -27,9 +31,10 @@ import json
 import struct
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
-from common import latency_log, percentiles
+from common import latency_log, percentiles, split_by_spans
 
 from dlog.bookie.main import install_event_loop_policy, tune_runtime
 from dlog.conf.dlog import DLogConfig
@@ -50,12 +55,29 @@ class Window:
         #: (second of the window, index into latencies): where each second's
         #: reads begin, for the per-second p99.
         self.seconds: list[tuple[int, int]] = []
+        #: (arrival, index into latencies) of every batch read: a record's
+        #: send time is its batch's arrival less its latency.
+        self.batches: list[tuple[int, int]] = []
 
     def add(self, received_ns: int, latencies: list[int]) -> None:
         second = (received_ns - self.started_ns) // 1_000_000_000
         if not self.seconds or self.seconds[-1][0] != second:
             self.seconds.append((second, len(self.latencies)))
+        self.batches.append((received_ns, len(self.latencies)))
         self.latencies.extend(latencies)
+
+    def by_flush(self, spans: list[tuple[float, float]]) -> dict[str, Any]:
+        """Percentiles of the records sent while a bookie flushed (during
+        one of ``spans``) and of the others."""
+        bounds = [i for _, i in self.batches[1:]] + [len(self.latencies)]
+        lats = self.latencies
+
+        def samples() -> Iterator[tuple[float, float]]:
+            for (arrived, a), b in zip(self.batches, bounds, strict=True):
+                for i in range(a, b):
+                    yield (arrived - lats[i]) / 1e9, lats[i] / 1e9
+
+        return split_by_spans(samples(), spans, "records")
 
     def p99_by_second(self) -> list[float]:
         """The p99 of the records read in each second of the window (seconds
@@ -131,7 +153,7 @@ async def main(uri: str, conf_path: str, stream: str) -> None:
         tune_runtime()  # as the writer's process: no full collections while measuring
         log = await ns.open_log(stream)
         reader = await log.open_reader()
-        state: dict[str, Any] = {"next_txid": 0, "window": None, "errors": []}
+        state: dict[str, Any] = {"next_txid": 0, "window": None, "last": Window(0), "errors": []}
         progress = asyncio.Event()
         task = asyncio.create_task(tail(reader, state, progress))
         print("ready", flush=True)
@@ -143,7 +165,10 @@ async def main(uri: str, conf_path: str, stream: str) -> None:
                     await wait_until(state, progress, int(line[1]))
                     window = state["window"] or Window(0)
                     print(json.dumps(window.report(state["errors"])), flush=True)
-                    state["window"] = None
+                    state["window"], state["last"] = None, window
+                elif line[0] == "split":
+                    spans = [(float(a), float(b)) for a, b in json.loads(" ".join(line[1:]))]
+                    print(json.dumps(state["last"].by_flush(spans)), flush=True)
                 elif line[0] == "quit":
                     break
                 else:
