@@ -40,7 +40,7 @@ A variant ended by a half-full active half: 2 pairs of 4 better. A fixed
 
 Measured and not changed: no pacing (``dbStorage_flushMaxCpuPercent=100``)
 against the default 25, now that a flush costs about 1.7 us of CPU per
-1 KiB entry. ``bench/bookie_add.py`` at 27,000 adds/s, alternating, eight
+1 KiB entry. ``bench/bookie_add.py`` at 27,000 adds/s, alternating, four
 pairs per layout: a checkpoint took 0.8-1.5 s instead of 2.3-3.4 s. Ledgers
 on tmpfs, p99 10.0, 7.8, 8.8, 11.9 ms unpaced against 21.4, 16.9, 6.3,
 20.5 ms; one disk, 12.8, 16.3, 12.0, 8.7 against 18.7, 10.5, 12.1, 12.7 ms.
