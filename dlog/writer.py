@@ -818,11 +818,11 @@ class LogWriter:
                     )
         finally:
             # A failed writer skips the flush that waits for a roll or a
-            # segment start still running: they end before the lock goes.
+            # segment start still running: they end before the lock goes
+            # (and with them the next ledger: used, or discarded by the roll).
             while self._starting is not None or self._completing is not None:
                 running = [t for t in (self._starting, self._completing) if t is not None]
                 await asyncio.gather(*running, return_exceptions=True)
-            await self._discard_next_ledger("the writer closed")
             await self._purger.stop()
             await self._lock.release()
 

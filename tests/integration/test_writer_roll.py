@@ -26,6 +26,21 @@ async def segment_ledgers(lm: LogManager) -> set[int]:
     return {s.ledger_id for s, _ in await lm.context.metadata.get_segments(lm.context.name)}
 
 
+class Created:
+    """Counts the ledgers ``ns.bk.create_ledger`` creates from now on."""
+
+    def __init__(self, ns: Namespace) -> None:
+        self.count = 0
+        real_create = ns.bk.create_ledger
+
+        async def create_ledger(*args: Any, **kwargs: Any) -> Any:
+            handle = await real_create(*args, **kwargs)
+            self.count += 1
+            return handle
+
+        ns.bk.create_ledger = create_ledger  # type: ignore[method-assign]
+
+
 async def test_the_next_ledger_is_made_while_the_old_segment_completes(
     open_namespace: Any,
 ) -> None:
@@ -35,15 +50,7 @@ async def test_the_next_ledger_is_made_while_the_old_segment_completes(
     ns: Namespace = await open_namespace(**ROLLING)
     lm = await ns.open_log("overlap")
     writer = await lm.open_writer()
-    created = 0
-    real_create = ns.bk.create_ledger
-
-    async def create_ledger(*args: Any, **kwargs: Any) -> Any:
-        nonlocal created
-        handle = await real_create(*args, **kwargs)
-        created += 1
-        return handle
-
+    created = Created(ns)
     store = writer._store
     real_complete = store.complete_segment
     completions: list[bool] = []  # per roll: did the next ledger exist before it completed?
@@ -54,13 +61,12 @@ async def test_the_next_ledger_is_made_while_the_old_segment_completes(
             # Segments 1..k exist when the k-th completes; the next is k + 1.
             want = len(completions) + 2
             for _ in range(500):
-                if created >= want:
+                if created.count >= want:
                     break
                 await asyncio.sleep(0.01)
-            completions.append(created >= want)
+            completions.append(created.count >= want)
         return await real_complete(*args, **kwargs)
 
-    ns.bk.create_ledger = create_ledger  # type: ignore[method-assign]
     store.complete_segment = complete_segment  # type: ignore[method-assign]
     dlsns = await writer.write_bulk([LogRecord(i, payload(i)) for i in range(120)])
     closing = True
@@ -110,18 +116,11 @@ async def test_a_roll_that_fails_deletes_the_next_ledger(
     writer = await lm.open_writer()
     store = writer._store
     closed: list[Any] = []
-    created = 0
-    real_create = ns.bk.create_ledger
+    created = Created(ns)
     real_delete = ns.bk.delete_ledger
 
     async def complete_segment(*args: Any, **kwargs: Any) -> int:
         raise LogMetadataVersionError("segment znode changed under the writer")
-
-    async def create_ledger(*args: Any, **kwargs: Any) -> Any:
-        nonlocal created
-        handle = await real_create(*args, **kwargs)
-        created += 1
-        return handle
 
     async def delete_ledger(ledger_id: int) -> None:
         closed.append((await ns.bk.ledger_metadata(ledger_id)).close_context)
@@ -129,7 +128,6 @@ async def test_a_roll_that_fails_deletes_the_next_ledger(
 
     store.complete_segment = complete_segment  # type: ignore[method-assign]
     ns.bk.delete_ledger = delete_ledger  # type: ignore[method-assign]
-    ns.bk.create_ledger = create_ledger  # type: ignore[method-assign]
     futures = [writer.write_nowait(LogRecord(i, payload(i))) for i in range(60)]
     results = await asyncio.gather(*futures, return_exceptions=True)
     assert any(isinstance(r, LogMetadataVersionError) for r in results), results
@@ -139,7 +137,7 @@ async def test_a_roll_that_fails_deletes_the_next_ledger(
         assert len(closed) == 1, "close returned before the spare ledger was deleted"
     elif writer._completing is not None:
         await writer._completing  # the failed roll, its cleanup included
-    assert created == 2 and len(closed) == 1, (created, closed)
+    assert created.count == 2 and len(closed) == 1, (created.count, closed)
     # The one segment (left in progress, for the next writer to recover)
     # holds the only ledger: the next one is gone, closed or not.
     assert set(await ns.bk.list_ledgers()) == await segment_ledgers(lm)
