@@ -364,17 +364,6 @@ def p99_by_second(sent_at: list[float], latencies: list[float]) -> list[float]:
     return [percentiles(slices[k])["p99_ms"] for k in sorted(slices) if len(slices[k]) >= 100]
 
 
-def split_by_flush(
-    sent_at: list[float], latencies: list[float], spans: list[tuple[float, float]]
-) -> dict[str, Any]:
-    """Latency percentiles of the adds sent while a storage flush ran (a
-    checkpoint's), and of the others: where the window's tail comes from."""
-    return {
-        "flush_spans_s": [round(b - a, 1) for a, b in spans],
-        **split_by_spans(zip(sent_at, latencies, strict=True), spans),
-    }
-
-
 def cpu_seconds(pid: int) -> float:
     """User plus system CPU time a process has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -474,7 +463,7 @@ async def run(
         **percentiles(lat),
         "worst_second_p99_ms": max(by_second, default=0.0),
         "p99_by_second_ms": by_second,
-        **split_by_flush(sent_at, lat, spans),
+        **split_by_spans(zip(sent_at, lat, strict=True), spans),
         "checkpoints_in_window": round(checkpoints),
         # How long one took (each starts every flushInterval, a fixed rate).
         "checkpoint_mean_s": round(checkpoint_seconds / checkpoints, 2) if checkpoints else None,

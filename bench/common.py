@@ -234,6 +234,7 @@ def split_by_spans(
         (during if any(a <= t <= b for a, b in spans) else outside).append(lat)
     n = len(during) + len(outside)
     return {
+        "flush_spans_s": [round(b - a, 1) for a, b in spans],
         f"share_of_{what}_during_flush": round(len(during) / n, 3) if n else 0.0,
         "during_flush": percentiles(during) if during else None,
         "outside_flush": percentiles(outside) if outside else None,

@@ -361,10 +361,7 @@ async def measured_window(
     end_to_end, *_ = await asyncio.gather(tail.until(next_txid), *watchers)
     if watchers:
         spans.sort()
-        end_to_end["by_flush"] = {
-            "flush_spans_s": [round(b - a, 1) for a, b in spans],
-            **await tail.by_flush(spans),
-        }
+        end_to_end["by_flush"] = await tail.by_flush(spans)
     return {"write": result, "end_to_end": end_to_end}, next_txid
 
 
