@@ -19,7 +19,8 @@ worst one-second p99, the percentiles of the adds sent while a storage
 flush (a checkpoint's) ran and of the others (``during_flush``,
 ``outside_flush``: the bookie's flush histogram, read every 0.5 s, bounds
 each flush's span), the bookie's own per-stage journal percentiles
-(queue, write, fsync, callback; bucket resolution) and event-loop lag, the
+(queue and callback per add, write and fsync per batch; bucket
+resolution) and event-loop lag, the
 load generator's own share (how late it sent each add, and its CPU per
 add: it runs on the same two cores), and the bookie's peak RSS beside its
 cache limits. After each layout, the device bound

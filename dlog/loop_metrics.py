@@ -70,10 +70,11 @@ class LoopHistogram:
         self.sum = 0.0
         self.count = 0
 
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.sum += value
-        self.count += 1
+    def observe(self, value: float, n: int = 1) -> None:
+        """Count ``value`` ``n`` times (``n`` events that took as long)."""
+        self.counts[bisect.bisect_left(self.bounds, value)] += n
+        self.sum += value * n
+        self.count += n
 
     def collect(self) -> HistogramMetricFamily:
         cumulative = []

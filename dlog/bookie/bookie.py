@@ -708,15 +708,21 @@ class Bookie:
     def _journal_synced(
         self, groups: list[tuple[float, int]], times: SyncTimes, done: float
     ) -> None:
+        # Waits are counted once per record (each record of a group as long
+        # as its first one), so their percentiles are those of the adds: a
+        # batch that a stall made big weighs as much as the adds it held.
+        # The write and the fsync are operations, counted once per batch.
         m = self.metrics
+        records = 0
         for first_enqueued, count in groups:
-            m.journal_add_latency.observe(times.synced - first_enqueued)
-            m.journal_queue_latency.observe(times.taken - first_enqueued)
+            m.journal_add_latency.observe(times.synced - first_enqueued, count)
+            m.journal_queue_latency.observe(times.taken - first_enqueued, count)
             m.journal_group_size.observe(count)
+            records += count
         m.journal_write_latency.observe(times.written - times.taken)
         if self.conf.journal_sync_data:
             m.journal_fsync_latency.observe(times.synced - times.written)
-        m.journal_callback_latency.observe(done - times.synced)
+        m.journal_callback_latency.observe(done - times.synced, records)
         if self._under_pressure and self.journal_pending() <= self.conf.journal_queue_size // 2:
             self._set_pressure(False)
 

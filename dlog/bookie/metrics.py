@@ -30,7 +30,8 @@ class BookieMetrics:
         )
         self.journal_add_latency = loop.histogram(
             "bookie_journal_add_latency_seconds",
-            "From a journal group's first record to the fsync that made it durable.",
+            "From a journal group's first record to the fsync that made it durable "
+            "(counted for each record of the group).",
         )
         self.journal_fsync_latency = loop.histogram(
             "bookie_journal_fsync_latency_seconds",
@@ -38,10 +39,13 @@ class BookieMetrics:
         )
         # The stages of an add's journal latency, so a tail can be traced:
         # queue + write + fsync + callback = arrival in the journal to response.
+        # Queue and callback are counted per record, as the adds wait them;
+        # write and fsync per batch, as the operations they are.
         self.journal_queue_latency = loop.histogram(
             "bookie_journal_queue_latency_seconds",
             "From a journal group's first record to the journal thread taking it "
-            "(group wait plus queueing behind the batch being written).",
+            "(group wait plus queueing behind the batch being written), counted "
+            "for each record of the group.",
         )
         self.journal_write_latency = loop.histogram(
             "bookie_journal_write_latency_seconds",
@@ -50,7 +54,8 @@ class BookieMetrics:
         self.journal_callback_latency = loop.histogram(
             "bookie_journal_callback_latency_seconds",
             "From a batch's fsync to its callbacks having run on the event loop "
-            "(the wake-up of the loop plus the responses).",
+            "(the wake-up of the loop plus the responses), counted for each record "
+            "of the batch.",
         )
         self.journal_group_size = loop.histogram(
             "bookie_journal_group_entries",
