@@ -48,8 +48,13 @@ against 32.3 during flushes); one disk, 12.8, 16.3, 12.0, 8.7, 17.4, 16.4
 against 18.7, 10.5, 12.1, 12.7, 20.6, 20.8 ms. ``bench/dlog_write.py`` at
 1,000 in flight, end-to-end p99 18.4 and 15.4 unpaced against 16.6 and
 19.9 ms. Unpaced won seven pairs of eleven (one tie) and no end-to-end
-difference showed; the runs swing 2-3x with the VM's stalls, so the
-default stays until quieter runs settle it.
+difference showed. Four more pairs later: tmpfs 12.1, 10.0, 51.0, 250
+unpaced against 14.1, 21.3, 8.7, 28.0 ms (the last two pairs with stalls
+outside flushes); one disk 15.4, 17.8, 24.3, 29.7 against 13.2, 16.0,
+13.5, 14.5 ms, and during flushes 21.0, 26.8, 31.0, 30.2 against 17.1,
+19.3, 17.5, 21.0 ms: on the journal's disk an unpaced flush's writeback
+comes in bursts the journal's fsyncs wait behind. One disk now stands at
+five pairs each, so the default stays.
 """
 
 from __future__ import annotations
