@@ -14,7 +14,10 @@ Actions:
   failing disk would (the bookie's file I/O goes through
   :mod:`dlog.bookie.fileio`, which checks a failpoint at every write and
   sync);
-* ``short``: at a write, write part of the bytes, then fail with ENOSPC.
+* ``short``: at a write, write part of the bytes, then fail with ENOSPC;
+* ``hold``: create ``$DLOG_FAILPOINT_DIR/<name>``, wait until the test
+  deletes it, then go on: a pause another process can end (the bookie's
+  journal writer runs in a process of its own).
 
 ``action*N`` fires N times, then the failpoint disarms itself (a disk that
 fails for a while, then recovers, in a process the test cannot reconfigure);
@@ -57,9 +60,29 @@ def _parse(spec: str) -> dict[str, str]:
 _ACTIVE: dict[str, str] = _parse(os.environ.get("DLOG_FAILPOINTS", ""))
 
 
+#: Told the new spec whenever :func:`configure` runs: a helper process (the
+#: bookie's journal writer) gets the failpoints armed in its parent.
+_LISTENERS: list[Callable[[str], None]] = []
+
+
+def add_listener(fn: Callable[[str], None]) -> None:
+    _LISTENERS.append(fn)
+
+
+def remove_listener(fn: Callable[[str], None]) -> None:
+    if fn in _LISTENERS:
+        _LISTENERS.remove(fn)
+
+
 def configure(spec: str) -> None:
-    """Set failpoints in this process (tests running in-process); also
-    disarms every gate."""
+    """Set failpoints in this process (tests running in-process) and in the
+    helper processes listening; also disarms every gate."""
+    _configure(spec)
+    for fn in list(_LISTENERS):
+        fn(spec)
+
+
+def _configure(spec: str) -> None:
     _ACTIVE.clear()
     _ACTIVE.update(_parse(spec))
     _REMAINING.clear()
@@ -105,6 +128,24 @@ def _take(name: str) -> str | None:
     return base
 
 
+def spec() -> str:
+    """The failpoints armed now, as ``DLOG_FAILPOINTS`` would arm them in a
+    new process (firings and skips already used are taken off): a child
+    process started now gets the same ones."""
+    items = []
+    for name, action in _ACTIVE.items():
+        base, star, times = action.partition("*")
+        base, plus, skip = base.partition("+")
+        if plus:
+            left = int(skip or 0) - _SKIPPED.get(name, 0)
+            if left > 0:
+                base = f"{base}+{left}"
+        if star:
+            base = f"{base}*{_REMAINING.get(name, times)}"
+        items.append(f"{name}={base}")
+    return ",".join(items)
+
+
 def io_error(name: str, action: str) -> OSError:
     code = _IO_ERRNO.get(action, errno.ENOSPC)
     return OSError(code, f"{os.strerror(code)} (failpoint {name})")
@@ -143,6 +184,13 @@ def act(name: str, action: str | None) -> None:
         (marker_dir / name).write_text(str(os.getpid()))
         while True:
             time.sleep(3600)
+    elif action == "hold":
+        marker = Path(os.environ.get("DLOG_FAILPOINT_DIR", ".")) / name
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(str(os.getpid()))
+        log.warning("failpoint %s: holding until %s is deleted", name, marker)
+        while marker.exists():
+            time.sleep(0.01)
     elif action == "exit":
         os._exit(86)
     elif action == "raise":

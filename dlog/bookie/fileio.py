@@ -120,6 +120,14 @@ def writeback(fd: int, offset: int, nbytes: int, point: str, *, wait: bool = Fal
     return True
 
 
+def fallocate(fd: int, offset: int, length: int, point: str) -> None:
+    """Reserve file space (``posix_fallocate``), where a full disk shows first."""
+    action = _armed(point)
+    if action is not None:
+        _fail(point, "enospc" if action == "short" else action)
+    os.posix_fallocate(fd, offset, length)
+
+
 def sync_dir(directory: str | os.PathLike[str], point: str) -> None:
     """fsync a directory, so that files created, renamed or removed in it
     stay that way after a crash."""
