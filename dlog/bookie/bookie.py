@@ -5,7 +5,7 @@ messages (that is :mod:`dlog.bookie.request_processor`), and the bookie
 never starts a server or registers itself: :mod:`dlog.bookie.service`
 builds those around a started bookie. Everything runs on
 the event loop except disk reads (a thread pool), the journal's writes and
-fsyncs (the journal thread) and storage flushes (the storage thread).
+fsyncs (the journal writer process) and storage flushes (the storage thread).
 
 Ordering that durability rests on:
 
@@ -195,7 +195,7 @@ class Bookie:
         for journal, mark in zip(self.journals, marks, strict=True):
             await self._replay(journal, mark)
         for journal in self.journals:
-            journal.start()
+            await journal.start()
 
         self.read_pool = ThreadPoolExecutor(
             self.conf.num_read_worker_threads, thread_name_prefix="bookie-read"

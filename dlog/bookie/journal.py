@@ -1,38 +1,46 @@
 """The bookie journal: every add is durable here before it is acknowledged.
 
 Group commit happens on the event loop: records accumulate in a group that
-is handed to the journal thread when the oldest record has waited
+is handed to the journal's writer when the oldest record has waited
 ``journalMaxGroupWaitMSec``, when the group holds
 ``journalBufferedWritesThreshold`` bytes or ``journalBufferedEntriesThreshold``
 records, or (with ``journalFlushWhenQueueEmpty``) as soon as no more
-requests are being processed. The journal thread writes every group that is
-waiting and then issues one fdatasync for all of them (the force-write
-step), off the event loop. Callbacks run on the loop after the fsync that
-covers their record (``journalSyncData=false`` skips the fsync: the callback
-runs once the bytes are in the page cache).
+requests are being processed. The writer is a process of its own
+(:mod:`dlog.bookie.journal_writer`): it writes every group that is waiting
+and then issues one fdatasync for all of them (the force-write step), and
+answers. Callbacks run on the loop once that answer says their record is
+synced (``journalSyncData=false`` skips the fsync: the callback runs once
+the bytes are in the page cache).
 
-The groups a batch holds go to the file in writes of at most
-``journalWriteBufferSizeKB``, as BookKeeper's journal fills its write buffer
-and writes it out when full: many small groups share one write, and one big
-group is cut into buffer-sized writes.
+Invariants:
+
+* a callback gets ``EOK`` only after the writer synced its record, and
+  those callbacks complete in the order the records were logged;
+* once the writer fails (or dies), no record is acknowledged until
+  :meth:`Journal.resume` (ENOSPC only): records already handed over get
+  ``EIO`` even if the disk recovers meanwhile;
+* :meth:`Journal.close` returns after everything logged was answered.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import dataclasses
 import errno
+import fcntl
 import logging
 import os
-import queue
-import threading
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import cast
 
-from dlog.bookie import fileio
+from dlog import failpoints
 from dlog.bookie import journal_format as jf
+from dlog.bookie import journal_pipe as jp
+from dlog.bookie.journal_file import FileSettings
 from dlog.conf.bookie import BookieConfig
 from dlog.errors import EIO, EOK
 from dlog.errors import JournalError as JournalError  # its home before dlog.errors
@@ -40,12 +48,11 @@ from dlog.errors import JournalError as JournalError  # its home before dlog.err
 log = logging.getLogger(__name__)
 
 Callback = Callable[[int], None]
-_STOP = object()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SyncTimes:
-    """When (``time.monotonic``) the journal thread took a batch of groups,
+    """When (``time.monotonic``) the journal writer took a batch of groups,
     had written it, and had synced it: the stages of an add's journal
     latency, so a tail can be traced to queueing, writing or the fsync."""
 
@@ -65,7 +72,7 @@ class JournalStats:
     """Counters the group-commit tests and metrics read."""
 
     records: int = 0  # records handed to the journal
-    groups: int = 0  # groups handed to the journal thread
+    groups: int = 0  # groups handed to the journal writer
     writes: int = 0  # write() calls of group data
     fsyncs: int = 0  # fdatasync calls covering groups
     records_synced: int = 0
@@ -82,11 +89,19 @@ class _Group:
     first_enqueued: float
 
 
-IOV_MAX = fileio.IOV_MAX
+#: fcntl's F_SETPIPE_SZ (Linux), and the size asked for the request pipe.
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+PIPE_SIZE = 1024 * 1024
+#: How long the writer process may take to start and open its file.
+START_TIMEOUT = 60.0
+
+
+class _RequestProtocol(asyncio.BaseProtocol):
+    """The request pipe's end: a writer that dies shows on the answer pipe."""
 
 
 class Journal:
-    """One journal directory with its writer thread."""
+    """One journal directory with its writer process."""
 
     def __init__(
         self,
@@ -104,11 +119,6 @@ class Journal:
         self._bytes_threshold = conf.journal_buffered_writes_threshold
         self._entries_threshold = conf.journal_buffered_entries_threshold
         self._flush_when_empty = conf.journal_flush_when_queue_empty
-        self._sync = conf.journal_sync_data
-        self._max_size = conf.journal_max_size_mb * 1024 * 1024
-        self._prealloc = conf.journal_pre_alloc_size_mb * 1024 * 1024
-        self._alignment = conf.journal_alignment_size
-        self._write_buffer = conf.journal_write_buffer_size_kb * 1024
 
         self.stats = JournalStats()
         self.last_synced_mark = jf.LogMark()
@@ -122,16 +132,20 @@ class Journal:
         self._timer: asyncio.TimerHandle | None = None
         self._soon: asyncio.Handle | None = None
 
-        # thread-side file
-        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        # the writer process
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._fd = -1
+        self._proc: asyncio.subprocess.Process | None = None
+        self._req: asyncio.WriteTransport | None = None
+        self._ack_fd = -1
+        self._acks = jp.AckReader()
+        self._ready: asyncio.Future[jp.Ack] | None = None
+        self._exited: asyncio.Future[None] | None = None
+        self._closing = False
+        self._gone = False  # the writer exited
+        self._inflight: collections.deque[_Group] = collections.deque()
+        self._answered = 0  # groups the writer has answered
         self._file_id = 0
-        self._offset = 0
-        self._allocated = 0
         self._failed: OSError | None = None
-        self._reopen = False  # open a new file before the next write
         self._drained: list[asyncio.Future[None]] = []
 
     # ------------------------------------------------------------------
@@ -169,32 +183,89 @@ class Journal:
     # ------------------------------------------------------------------
     # lifecycle
     # ------------------------------------------------------------------
-    def start(self) -> None:
-        """Open a fresh journal file and start the journal thread."""
-        self._loop = asyncio.get_running_loop()
-        ids = jf.list_journal_ids(self.directory)
-        self._open_file((ids[-1] + 1) if ids else 1)
-        self.last_synced_mark = max(self.last_synced_mark, jf.LogMark(self._file_id, self._offset))
-        self._thread = threading.Thread(
-            target=self._run, name=f"journal-{self.directory}", daemon=True
-        )
-        self._thread.start()
-
-    async def close(self) -> None:
-        """Write and sync whatever is pending, then stop the thread."""
-        if self._thread is None:
-            return
-        self._flush_group()
-        self._queue.put(_STOP)
-        await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
-        self._thread = None
-        if self._fd >= 0:
+    async def start(self) -> None:
+        """Start the writer process, which opens a fresh journal file, and
+        wait until it is ready."""
+        loop = self._loop = asyncio.get_running_loop()
+        req_r, req_w = os.pipe()
+        ack_r, ack_w = os.pipe()
+        try:
             try:
-                os.fsync(self._fd)
+                # The most an unprivileged process may ask for (pipe-max-size):
+                # groups wait here while the writer syncs.
+                fcntl.fcntl(req_w, F_SETPIPE_SZ, PIPE_SIZE)
             except OSError:
                 pass
-            os.close(self._fd)
-            self._fd = -1
+            self._proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "dlog.bookie.journal_writer",
+                str(req_r),
+                str(ack_w),
+                str(self.directory),
+                *FileSettings.from_conf(self.conf).to_args(),
+                pass_fds=(req_r, ack_w),
+                stdin=asyncio.subprocess.DEVNULL,
+                # The failpoints armed in this process hold in the writer too.
+                env={**os.environ, "DLOG_FAILPOINTS": failpoints.spec()},
+            )
+        except BaseException:
+            for fd in (req_r, req_w, ack_r, ack_w):
+                os.close(fd)
+            raise
+        os.close(req_r)
+        os.close(ack_w)
+        os.set_blocking(ack_r, False)
+        self._ack_fd = ack_r
+        self._ready = loop.create_future()
+        self._exited = loop.create_future()
+        loop.add_reader(ack_r, self._read_acks)
+        self._req, _ = await loop.connect_write_pipe(
+            _RequestProtocol, os.fdopen(req_w, "wb", buffering=0)
+        )
+        try:
+            ready = await asyncio.wait_for(asyncio.shield(self._ready), START_TIMEOUT)
+        except BaseException:
+            await self._kill()
+            raise
+        if ready.status != jp.OK:
+            await self._kill()
+            raise OSError(ready.status, ready.message or os.strerror(ready.status))
+        self._file_id = ready.file_id
+        self.last_synced_mark = max(self.last_synced_mark, jf.LogMark(ready.file_id, ready.offset))
+        failpoints.add_listener(self._forward_failpoints)
+
+    def _forward_failpoints(self, spec: str) -> None:
+        """A test armed failpoints in this process: the writer's I/O is
+        where the journal's are."""
+        if self._req is not None and not self._req.is_closing():
+            self._req.write(jp.failpoints_request(spec))
+
+    async def close(self) -> None:
+        """Write and sync whatever is pending, then stop the writer."""
+        if self._proc is None:
+            return
+        self._flush_group()
+        self._closing = True
+        failpoints.remove_listener(self._forward_failpoints)
+        if self._req is not None:
+            self._req.close()  # the writer sees EOF once it has read everything
+        assert self._exited is not None
+        await self._exited
+        proc, self._proc = self._proc, None
+        await proc.wait()
+
+    async def _kill(self) -> None:
+        """Stop a writer that never became ready."""
+        self._closing = True
+        if self._req is not None:
+            self._req.abort()
+        if self._proc is not None:
+            proc, self._proc = self._proc, None
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+        self._stop_reading()
 
     @property
     def current_journal_id(self) -> int:
@@ -207,15 +278,15 @@ class Journal:
     def resume(self) -> bool:
         """After ENOSPC, once the disk has room: accept records again, in a
         new journal file (the failed one may end in a partial group, which
-        replay stops at). Other errors (EIO) stay: a restart decides.
-        Whether the journal takes records again."""
+        replay stops at). Other errors (EIO, a writer that died) stay: a
+        restart decides. Whether the journal takes records again."""
         failed = self._failed
         if failed is None:
             return True
-        if failed.errno != errno.ENOSPC:
+        if failed.errno != errno.ENOSPC or self._req is None or self._req.is_closing():
             return False
-        self._reopen = True
         self._failed = None
+        self._req.write(jp.resume_request())
         log.info("journal %s: resuming after %s", self.directory, failed)
         return True
 
@@ -270,7 +341,13 @@ class Journal:
         self._callbacks = []
         self._group_bytes = 0
         self.stats.groups += 1
-        self._queue.put(group)
+        if self._gone:  # the writer exited: nobody will answer
+            now = time.monotonic()
+            self._synced([group], self.last_synced_mark, EIO, SyncTimes(now, now, now))
+            return
+        self._inflight.append(group)
+        assert self._req is not None
+        self._req.writelines([jp.group_header(group.count, group.nbytes), *group.parts])
 
     def _synced(
         self, groups: list[_Group], mark: jf.LogMark, status: int, times: SyncTimes
@@ -303,173 +380,80 @@ class Journal:
         await fut
 
     # ------------------------------------------------------------------
-    # journal thread
+    # answers from the writer
     # ------------------------------------------------------------------
-    def _run(self) -> None:
-        stop = False
-        while not stop:
-            item = self._queue.get()
-            if item is _STOP:
-                break
-            groups = [cast(_Group, item)]  # the queue holds groups and _STOP
-            while True:
-                try:
-                    nxt = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is _STOP:
-                    stop = True
-                    break
-                groups.append(cast(_Group, nxt))
-            taken = time.monotonic()
-            status, written = self._write_groups(groups)
-            times = SyncTimes(taken, written, time.monotonic())
-            mark = jf.LogMark(self._file_id, self._offset)
-            try:
-                self._loop.call_soon_threadsafe(self._synced, groups, mark, status, times)  # type: ignore[union-attr]
-            except RuntimeError:
-                return  # loop closed
-
-    def _write_groups(self, groups: list[_Group]) -> tuple[int, float]:
-        """Write and sync ``groups``; (status, when the writes were done)."""
-        if self._failed is not None:
-            return EIO, time.monotonic()
+    def _read_acks(self) -> None:
         try:
-            if self._reopen:
-                old = self._fd
-                try:
-                    self._open_file(self._file_id + 1)
-                except OSError:
-                    self._fd = old  # still the failed file: the next resume tries again
-                    raise
-                self._reopen = False
-                if old >= 0:
-                    os.close(old)
-            buffered: list[bytes] = []  # bytes not yet written, ending at self._offset
-            nbuffered = 0
-            for g in groups:
-                if self._offset + g.nbytes > self._max_size and self._offset > jf.HEADER_SIZE:
-                    self._write_buffered(buffered, nbuffered, final=True)
-                    buffered, nbuffered = [], 0
-                    self._roll()
-                pad = jf.padding_record(self._offset + g.nbytes, self._alignment)
-                total = g.nbytes + len(pad)
-                self._ensure_space(total)
-                buffered += g.parts
-                if pad:
-                    buffered.append(pad)
-                nbuffered += total
-                self._offset += total
-                self.stats.bytes_written += total
-                if nbuffered >= self._write_buffer:
-                    buffered, nbuffered = self._write_buffered(buffered, nbuffered, final=False)
-            self._write_buffered(buffered, nbuffered, final=True)
-            written = time.monotonic()
-            if self._sync:
-                # Measured and not kept: when the batch fits one write, that
-                # write synced by itself (pwritev2 RWF_DSYNC), which spares
-                # this thread one wait for the GIL (2.5 -> 1.3 ms per group
-                # beside a GIL-busy thread), but five alternating pairs of
-                # light-load runs showed no latency gain beyond noise. At half
-                # load (bench/bookie_add.py, 27,000 adds/s, checkpoints in
-                # the window), p99 with it against without: ledgers on
-                # tmpfs 9.7, 8.4, 9.5 against 9.7, 10.4 ms; one disk 19.1,
-                # 25.0, 131 against 10.2, 12.9 ms (worse in all three). Nor
-                # kept: every batch in one write (a 4 MiB write buffer) and
-                # synced by it, tmpfs 8.0, 10.1 against 18.2, 10.7, one disk
-                # 14.0, 14.6 against 16.6, 12.6; a 1 MiB write buffer alone,
-                # tmpfs 10.9, 13.7, 9.2 against 18.1, 11.1, 7.3, one disk
-                # 18.3, 9.7, 13.7 against 13.1, 12.1, 13.2 ms.
-                fileio.fdatasync(self._fd, "journal.fsync")
-                self.stats.fsyncs += 1
-            self.stats.records_synced += sum(g.count for g in groups)
-            return EOK, written
-        except OSError as e:
-            self._failed = e
-            log.error("journal write failed in %s: %s; failing all further adds", self.directory, e)
-            if self._on_error is not None and self._loop is not None:
-                try:
-                    self._loop.call_soon_threadsafe(self._on_error, e)
-                except RuntimeError:
-                    pass
-            return EIO, time.monotonic()
-
-    def _write_buffered(
-        self, parts: list[bytes], nbytes: int, *, final: bool
-    ) -> tuple[list[bytes], int]:
-        """Write the ``nbytes`` of ``parts`` (they end at ``self._offset``) in
-        writes of ``journalWriteBufferSizeKB``: every full buffer, and the
-        last partial one too when ``final``. Returns what is left unwritten."""
-        size = self._write_buffer
-        offset = self._offset - nbytes
-        chunk: list[bytes] = []
-        filled = 0
-        for part in parts:
-            if filled + len(part) < size:  # the common case: no copy, no slicing
-                chunk.append(part)
-                filled += len(part)
-                continue
-            view = memoryview(part)
-            while len(view):
-                take = min(len(view), size - filled)
-                chunk.append(view[:take])  # type: ignore[arg-type]  # pwritev takes any buffer
-                view = view[take:]
-                filled += take
-                if filled == size:
-                    self._write_parts(chunk, offset)
-                    offset += filled
-                    chunk, filled = [], 0
-        if final and filled:
-            self._write_parts(chunk, offset)
-            chunk, filled = [], 0
-        return chunk, filled
-
-    def _write_parts(self, parts: list[bytes], offset: int) -> None:
-        """Write ``parts`` contiguously at ``offset`` with as few syscalls as
-        the iovec limit allows; the kernel gathers them (no join in Python)."""
-        fileio.pwritev(self._fd, parts, offset, "journal.write")
-        self.stats.writes += (len(parts) + IOV_MAX - 1) // IOV_MAX
-
-    def _ensure_space(self, n: int) -> None:
-        need = self._offset + n
-        if need <= self._allocated:
+            data = os.read(self._ack_fd, 65536)
+        except BlockingIOError:
             return
-        grow = max(self._prealloc, need - self._allocated)
-        try:
-            os.posix_fallocate(self._fd, self._allocated, grow)
-        except OSError as e:
-            if e.errno in (errno.EOPNOTSUPP, errno.EINVAL):
-                return  # filesystem cannot preallocate; plain writes still work
-            raise
-        self._allocated += grow
-
-    def _open_file(self, journal_id: int) -> None:
-        path = self.directory / jf.journal_file_name(journal_id)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            header = jf.header_bytes()
-            self._fd, self._allocated = fd, 0
-            self._offset = 0
-            self._ensure_space(len(header))
-            fileio.pwrite(fd, header, 0, "journal.write")
-            fileio.fsync(fd, "journal.fsync")
-            fileio.sync_dir(self.directory, "journal.fsync")
         except OSError:
-            os.close(fd)
-            path.unlink(missing_ok=True)  # the next attempt reuses the id
-            self._fd = -1
-            raise
-        self._file_id = journal_id
-        self._offset = len(header)
-        log.info("opened journal %s", path)
+            data = b""
+        if not data:
+            self._writer_gone()
+            return
+        for ack in self._acks.feed(data):
+            self._on_ack(ack)
 
-    def _roll(self) -> None:
-        if self._sync:
-            fileio.fdatasync(self._fd, "journal.fsync")
-        old = self._fd
-        self._open_file(self._file_id + 1)
-        os.close(old)
-        self.stats.rolls += 1
+    def _on_ack(self, ack: jp.Ack) -> None:
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_result(ack)
+            return
+        s = self.stats
+        s.writes, s.fsyncs, s.bytes_written = ack.writes, ack.fsyncs, ack.bytes_written
+        s.rolls, s.records_synced = ack.rolls, ack.records_synced
+        self._file_id = ack.file_id
+        n = ack.groups - self._answered
+        self._answered = ack.groups
+        groups = [self._inflight.popleft() for _ in range(n)]
+        status = EOK
+        if ack.status > 0:
+            self._fail(OSError(ack.status, ack.message or os.strerror(ack.status)))
+            status = EIO
+        elif ack.status == jp.STILL_FAILED:
+            status = EIO
+        times = SyncTimes(ack.taken, ack.written, ack.synced)
+        self._synced(groups, jf.LogMark(ack.file_id, ack.offset), status, times)
+
+    def _fail(self, error: OSError) -> None:
+        self._failed = error
+        log.error("journal write failed in %s: %s; failing all further adds", self.directory, error)
+        if self._on_error is not None:
+            self._on_error(error)
+
+    def _writer_gone(self) -> None:
+        """The answer pipe closed: the writer exited."""
+        self._gone = True
+        failpoints.remove_listener(self._forward_failpoints)
+        self._stop_reading()
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_exception(
+                OSError(
+                    errno.EIO, f"journal writer for {self.directory} exited before it was ready"
+                )
+            )
+        elif not self._closing or self._inflight:
+            code = self._proc.returncode if self._proc is not None else None
+            if self._failed is None or self._failed.errno == errno.ENOSPC:
+                self._fail(
+                    OSError(
+                        errno.EIO,
+                        f"journal writer process for {self.directory} exited (code {code})",
+                    )
+                )
+            groups = list(self._inflight)
+            self._inflight.clear()
+            now = time.monotonic()
+            self._synced(groups, self.last_synced_mark, EIO, SyncTimes(now, now, now))
+        if self._exited is not None and not self._exited.done():
+            self._exited.set_result(None)
+
+    def _stop_reading(self) -> None:
+        if self._ack_fd >= 0:
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.remove_reader(self._ack_fd)
+            os.close(self._ack_fd)
+            self._ack_fd = -1
 
     # ------------------------------------------------------------------
     # garbage collection (called after a checkpoint)

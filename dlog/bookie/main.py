@@ -56,8 +56,10 @@ def keep_freed_memory() -> bool:
 def tune_runtime() -> None:
     """Keep the event loop responsive under load.
 
-    * The storage flush and journal threads share the GIL with the loop; a
-      shorter switch interval bounds how long the loop waits to get it back.
+    * The storage flush thread (and the read pool) share the GIL with the
+      loop; a shorter switch interval bounds how long the loop waits to get
+      it back. (The journal's writes and syncs are in a process of their
+      own, :mod:`dlog.bookie.journal_writer`, for the same reason.)
     * The bookie allocates many short-lived objects per request; default GC
       thresholds run full collections (which free nothing) several times a
       second. Objects alive after start-up are frozen out of collection.

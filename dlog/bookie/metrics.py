@@ -43,7 +43,7 @@ class BookieMetrics:
         # write and fsync per batch, as the operations they are.
         self.journal_queue_latency = loop.histogram(
             "bookie_journal_queue_latency_seconds",
-            "From a journal group's first record to the journal thread taking it "
+            "From a journal group's first record to the journal's writer process taking it "
             "(group wait plus queueing behind the batch being written), counted "
             "for each record of the group.",
         )

@@ -18,9 +18,11 @@ the lock, while the slice runs; between turns the flush waits without the
 lock. The loop then does not wait for the lock on a switch interval
 because of the flush (p99 lateness during a flush 1.6-1.7 ms instead of
 2.5-2.7 ms, ``bench/flush_loop_lag.py``); its pause is one turn, bounded, at a
-pace that keeps the flush's share. (The journal thread still contends for
+pace that keeps the flush's share. (A journal thread still contended for
 the lock: at half load, a bookie's add p99 in seconds with a checkpoint
-did not measurably improve.) Without a lender (a flush outside the loop),
+did not measurably improve, until the journal's writes moved to a process
+of their own, :mod:`dlog.bookie.journal_writer`.) Without a lender (a
+flush outside the loop),
 the flush sleeps after each slice in proportion to the CPU it used.
 
 Pacing yields to urgency: it stops while the active half of the write

@@ -425,7 +425,7 @@ class BookieConfig(Config):
         "process's, at most 19) of the storage thread that flushes the write cache "
         "is. A checkpoint's flush copies hundreds of MB into entry logs in the "
         "kernel, outside the turns the event loop lends it; at a lower priority "
-        "the kernel gives a core to the event loop and the journal thread first "
+        "the kernel gives a core to the event loop and the journal's writer first "
         "when they wake, as RocksDB lowers its compaction threads'. The flush still "
         "gets every core they leave idle (and adds waiting for it leave the loop "
         "idle). An unprivileged process cannot raise a priority again, so the "

@@ -54,7 +54,7 @@ def bookie_config(
         # Sync the journal as soon as no request is waiting instead of after
         # journalMaxGroupWaitMSec (2 ms): a consumer committing after every
         # record waits for one lone add. Group commit is kept under load (the
-        # journal thread batches every group queued during an fsync).
+        # journal's writer batches every group queued during an fsync).
         # Measured on a shared 2-core VM, false -> true: bench/bookie_add.py
         # 1000 in flight 27-61k adds/s either way, 340-346 -> 271-322 adds
         # per fsync; 64 in flight 13.5-14.2k -> 22.6-29.6k adds/s, 64 adds per

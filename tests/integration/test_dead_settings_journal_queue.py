@@ -1,13 +1,17 @@
 """``journalQueueSize`` (issue 14): when that many records wait for the
 journal, the bookie stops reading client sockets until the journal drains.
-A real in-process bookie whose journal thread is held, a raw socket."""
+A real in-process bookie whose journal writer is held, a raw socket."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from dlog import failpoints
 from dlog.errors import EOK
 from dlog.ledger.digest import CRC32C, DigestManager
 from dlog.protocol import messages as m
@@ -25,24 +29,26 @@ def add_frame(txn: int, lid: int, eid: int) -> bytes:
     return encode_frame(m.encode_add_request(txn, lid, eid, KEY, body, False))
 
 
-def hold_journals(bookie: Any) -> threading.Event:
-    """Park every journal thread before its next write until the event is
-    set: records pile up in the journal queue as behind a slow disk."""
-    release = threading.Event()
-    for journal in bookie.core.journals:
-        real = journal._write_groups
+def hold_journals(marker_dir: Path) -> Callable[[], None]:
+    """Hold the journal's writer in its next write until the returned
+    function is called: records pile up in the journal queue as behind a
+    slow disk."""
+    failpoints.configure("journal.write=hold*1")
+    marker = marker_dir / "journal.write"
 
-        def held(groups: Any, real: Any = real) -> Any:
-            release.wait(30)
-            return real(groups)
+    def release() -> None:
+        failpoints.configure("")
+        marker.unlink(missing_ok=True)
 
-        journal._write_groups = held
     return release
 
 
-async def test_full_journal_queue_stops_reading_requests(make_bookie: Any) -> None:
+async def test_full_journal_queue_stops_reading_requests(
+    make_bookie: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DLOG_FAILPOINT_DIR", str(tmp_path / "failpoints"))
     bookie = await make_bookie(journalQueueSize=QUEUE, journalMaxGroupWaitMSec=1)
-    release = hold_journals(bookie)
+    release = hold_journals(tmp_path / "failpoints")
     try:
         pressure = asyncio.Event()
 
@@ -64,7 +70,7 @@ async def test_full_journal_queue_stops_reading_requests(make_bookie: Any) -> No
         await asyncio.sleep(0.3)
         assert bookie.core.journal_pending() == pending  # still not reading
     finally:
-        release.set()
+        release()
     # The journal drains: reading resumes and every add is answered.
     dec = FrameDecoder()
     answers: list[m.Response] = []

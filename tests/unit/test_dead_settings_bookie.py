@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 
+from dlog import failpoints
 from dlog.bookie import fileio
 from dlog.bookie import journal_format as jf
 from dlog.bookie.entry_log import EntryLogFile
 from dlog.bookie.journal import Journal
+from dlog.bookie.journal_file import FileSettings, JournalFile
 from dlog.bookie.ledger_storage import SingleDirectoryDbLedgerStorage
 from dlog.conf.bookie import BookieConfig
 from dlog.errors import EOK
@@ -76,21 +78,32 @@ class Events:
         return [e[2] for e in self.items if e[:2] == ("write", point)]
 
 
-async def log_and_wait(j: Journal, events: Events, records: list[bytes]) -> None:
-    """Journal ``records`` in one group; each callback notes ("ack", i)."""
+async def log_and_wait(j: Journal, records: list[bytes]) -> list[int]:
+    """Journal ``records`` in one group; the writer's fsync count each
+    callback saw (the answer that completes a record carries it)."""
     loop = asyncio.get_running_loop()
     futures = []
-    for i, r in enumerate(records):
+    seen: list[int] = []
+    for r in records:
         fut: asyncio.Future[int] = loop.create_future()
 
-        def cb(status: int, i: int = i, fut: asyncio.Future[int] = fut) -> None:
-            events.add("ack", i)
+        def cb(status: int, fut: asyncio.Future[int] = fut) -> None:
+            seen.append(j.stats.fsyncs)
             fut.set_result(status)
 
         futures.append(fut)
         j.log(r, cb)
     await j.wait_synced()
     assert await asyncio.gather(*futures) == [EOK] * len(records)
+    return seen
+
+
+def journal_file(tmp_path: Path, **overrides: Any) -> JournalFile:
+    """The file side of a journal with these settings, in this process (the
+    bookie runs it in its writer process), so a test sees its every call."""
+    jfile = JournalFile(tmp_path, FileSettings.from_conf(conf(tmp_path, **overrides)))
+    jfile.open_next()
+    return jfile
 
 
 # ---------------------------------------------------------------------------
@@ -98,45 +111,62 @@ async def log_and_wait(j: Journal, events: Events, records: list[bytes]) -> None
 # ---------------------------------------------------------------------------
 
 
-async def test_journal_sync_data_syncs_before_every_acknowledgement(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    events = Events(monkeypatch)
+async def test_journal_sync_data_syncs_before_every_acknowledgement(tmp_path: Path) -> None:
     j = Journal(tmp_path, conf(tmp_path, journalSyncData=True, journalMaxGroupWaitMSec=5000))
-    j.start()
+    await j.start()
     try:
         for batch in range(3):
-            before = len(events.items)
-            await log_and_wait(j, events, [record(1, batch * 10 + i) for i in range(10)])
-            new = events.items[before:]
-            # The group's bytes were written, then synced, and only then acknowledged.
-            kinds = [e[0] for e in new]
-            assert kinds.index("sync") < kinds.index("ack"), new
-            assert kinds.index("write") < kinds.index("sync"), new
-            assert ("sync", "journal.fsync") in new
-            assert kinds.count("ack") == 10
+            seen = await log_and_wait(j, [record(1, batch * 10 + i) for i in range(10)])
+            # Every record was acknowledged after its group's sync.
+            assert seen == [batch + 1] * 10
         assert j.stats.fsyncs == 3
     finally:
         await j.close()
 
 
-async def test_journal_without_sync_data_acknowledges_without_syncing(
+def test_journal_file_writes_then_syncs_a_batch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    j = Journal(tmp_path, conf(tmp_path, journalSyncData=False, journalMaxGroupWaitMSec=5000))
-    j.start()  # opening a journal file syncs its header: not an add's sync
+    jfile = journal_file(tmp_path, journalSyncData=True)
     events = Events(monkeypatch)
     try:
         for batch in range(3):
-            await log_and_wait(j, events, [record(1, batch * 10 + i) for i in range(10)])
-        assert events.syncs("journal.fsync") == 0, events.items
+            before = len(events.items)
+            parts = [jf.frame_record(record(1, batch * 10 + i)) for i in range(10)]
+            jfile.write_batch([(10, parts)])
+            kinds = [e[0] for e in events.items[before:]]
+            assert kinds == ["write", "sync"], events.items[before:]
+        assert events.syncs("journal.fsync") == jfile.stats.fsyncs == 3
+    finally:
+        jfile.close()
+
+
+async def test_journal_without_sync_data_acknowledges_without_syncing(tmp_path: Path) -> None:
+    j = Journal(tmp_path, conf(tmp_path, journalSyncData=False, journalMaxGroupWaitMSec=5000))
+    await j.start()  # opening a journal file syncs its header: not an add's sync
+    try:
+        for batch in range(3):
+            seen = await log_and_wait(j, [record(1, batch * 10 + i) for i in range(10)])
+            assert seen == [0] * 10
         assert j.stats.fsyncs == 0
-        assert [e[0] for e in events.items].count("ack") == 30
-        assert len(events.writes("journal.write")) >= 3  # written all the same
+        assert j.stats.writes >= 3  # written all the same
     finally:
         await j.close()
     scanned = [r for _, r in jf.scan_journal(tmp_path / jf.journal_file_name(1))]
     assert scanned == [record(1, i) for i in range(30)]
+
+
+def test_journal_file_without_sync_data_never_syncs_a_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jfile = journal_file(tmp_path, journalSyncData=False)
+    events = Events(monkeypatch)
+    try:
+        jfile.write_batch([(1, [jf.frame_record(record(1, 0))])])
+        assert events.syncs("journal.fsync") == 0, events.items
+        assert len(events.writes("journal.write")) == 1
+    finally:
+        jfile.close()
 
 
 # ---------------------------------------------------------------------------
@@ -145,11 +175,9 @@ async def test_journal_without_sync_data_acknowledges_without_syncing(
 
 
 @pytest.mark.parametrize("buffer_kib", [4, 16, 64])
-async def test_journal_writes_are_cut_to_the_write_buffer(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, buffer_kib: int
-) -> None:
-    """One 256 KiB group goes out in writes of exactly the buffer size
-    (the last one may be shorter), and the file reads back whole."""
+async def test_journal_writes_are_cut_to_the_write_buffer(tmp_path: Path, buffer_kib: int) -> None:
+    """One 256 KiB group goes out in writes of the buffer size (the writer
+    process counts them), and the file reads back whole."""
     j = Journal(
         tmp_path,
         conf(
@@ -159,18 +187,33 @@ async def test_journal_writes_are_cut_to_the_write_buffer(
             journalBufferedWritesThreshold=1 << 30,
         ),
     )
-    j.start()
+    await j.start()
+    records = [record(7, i, os.urandom(1000 + i % 37)) for i in range(256)]
+    try:
+        await log_and_wait(j, records)
+        assert j.stats.writes == -(-j.stats.bytes_written // (buffer_kib * KIB))
+    finally:
+        await j.close()
+    scanned = [r for _, r in jf.scan_journal(tmp_path / jf.journal_file_name(1))]
+    assert scanned == records
+
+
+@pytest.mark.parametrize("buffer_kib", [4, 16, 64])
+def test_journal_file_cuts_writes_to_the_write_buffer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, buffer_kib: int
+) -> None:
+    """Every write but the last is exactly the buffer size."""
+    jfile = journal_file(tmp_path, journalWriteBufferSizeKB=buffer_kib)
     events = Events(monkeypatch)
     records = [record(7, i, os.urandom(1000 + i % 37)) for i in range(256)]
     try:
-        await log_and_wait(j, events, records)
+        jfile.write_batch([(256, [jf.frame_record(r) for r in records])])
         sizes = events.writes("journal.write")
-        assert sum(sizes) == j.stats.bytes_written
+        assert sum(sizes) == jfile.stats.bytes_written
         assert all(n == buffer_kib * KIB for n in sizes[:-1]), sizes
         assert 0 < sizes[-1] <= buffer_kib * KIB
-        assert len(sizes) == -(-j.stats.bytes_written // (buffer_kib * KIB))
     finally:
-        await j.close()
+        jfile.close()
     scanned = [r for _, r in jf.scan_journal(tmp_path / jf.journal_file_name(1))]
     assert scanned == records
 
@@ -178,20 +221,16 @@ async def test_journal_writes_are_cut_to_the_write_buffer(
 async def test_small_groups_share_a_write_buffer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Groups handed to the journal thread together are written together,
-    up to the buffer size: 64 groups of one 100-byte record need fewer
-    writes than groups."""
+    """Groups waiting for the writer together are written together, up to
+    the buffer size: 64 groups of one 100-byte record need fewer writes
+    than groups."""
+    monkeypatch.setenv("DLOG_FAILPOINT_DIR", str(tmp_path / "failpoints"))
+    held = tmp_path / "failpoints" / "journal.write"
+    # The first group's write holds (its file's header write passes first),
+    # so the others pile up in the pipe behind it.
+    failpoints.configure("journal.write=hold+1*1")
     j = Journal(tmp_path, conf(tmp_path, journalWriteBufferSizeKB=64, journalMaxGroupWaitMSec=0))
-    release = threading.Event()
-    real_write_groups = j._write_groups
-
-    def held(groups: Any) -> Any:
-        release.wait(10)  # let groups pile up behind the first
-        return real_write_groups(groups)
-
-    monkeypatch.setattr(j, "_write_groups", held)
-    j.start()
-    events = Events(monkeypatch)
+    await j.start()
     loop = asyncio.get_running_loop()
     futures: list[asyncio.Future[int]] = []
     try:
@@ -199,13 +238,23 @@ async def test_small_groups_share_a_write_buffer(
             fut: asyncio.Future[int] = loop.create_future()
             futures.append(fut)
             j.log(record(3, i, b"x" * 84), fut.set_result)
+            if i == 0:
+                for _ in range(1000):
+                    if held.exists():
+                        break
+                    await asyncio.sleep(0.01)
+                assert held.exists()
         assert j.stats.groups == 64  # journalMaxGroupWaitMSec=0: a group per record
-        release.set()
+        await asyncio.sleep(0.05)  # all in the pipe
+        held.unlink()
         assert await asyncio.wait_for(asyncio.gather(*futures), 10) == [EOK] * 64
-        # Each group is padded to 512 bytes: 64 groups are 32 KiB, which fits
-        # one 64 KiB buffer; the first group may have gone alone.
-        assert len(events.writes("journal.write")) <= 2, events.writes("journal.write")
+        # Each group is padded to 512 bytes: the 63 behind the first are
+        # 31.5 KiB, which fits one 64 KiB buffer.
+        assert j.stats.writes == 2, j.stats
+        assert j.stats.fsyncs == 2, j.stats
     finally:
+        failpoints.configure("")
+        held.unlink(missing_ok=True)
         await j.close()
     scanned = [r for _, r in jf.scan_journal(tmp_path / jf.journal_file_name(1))]
     assert scanned == [record(3, i, b"x" * 84) for i in range(64)]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import signal
 import struct
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import dlog.bookie.journal as journal_mod
+from dlog import failpoints
 from dlog.bookie import journal_format as jf
 from dlog.bookie.journal import Journal
 from dlog.conf.bookie import BookieConfig
@@ -348,7 +348,7 @@ def all_records(directory: Path) -> list[bytes]:
 async def test_records_durable_after_callback(tmp_path: Path) -> None:
     d = jdir(tmp_path)
     j = Journal(d, jconf(tmp_path))
-    j.start()
+    await j.start()
     try:
         c = Collector()
         recs = [record(1, i, os.urandom(i % 50)) for i in range(50)]
@@ -370,7 +370,7 @@ async def test_records_durable_after_callback(tmp_path: Path) -> None:
 async def test_log_without_callback_and_wait_synced(tmp_path: Path) -> None:
     d = jdir(tmp_path)
     j = Journal(d, jconf(tmp_path, journalMaxGroupWaitMSec=5000))
-    j.start()
+    await j.start()
     try:
         for i in range(10):
             j.log(record(2, i))
@@ -386,7 +386,7 @@ async def test_log_without_callback_and_wait_synced(tmp_path: Path) -> None:
 async def test_group_commit_shares_fsyncs(tmp_path: Path) -> None:
     d = jdir(tmp_path)
     j = Journal(d, jconf(tmp_path))
-    j.start()
+    await j.start()
     try:
         c = Collector()
         n = 2000
@@ -406,7 +406,7 @@ async def test_group_commit_shares_fsyncs(tmp_path: Path) -> None:
 async def test_no_group_handed_over_before_timer(tmp_path: Path) -> None:
     d = jdir(tmp_path)
     j = Journal(d, jconf(tmp_path, journalMaxGroupWaitMSec=5000))
-    j.start()
+    await j.start()
     try:
         for i in range(20):
             j.log(record(1, i))
@@ -424,7 +424,7 @@ async def test_entries_threshold_triggers_groups(tmp_path: Path) -> None:
     d = jdir(tmp_path)
     conf = jconf(tmp_path, journalMaxGroupWaitMSec=5000, journalBufferedEntriesThreshold=10)
     j = Journal(d, conf)
-    j.start()
+    await j.start()
     try:
         c = Collector()
         for i in range(100):
@@ -443,7 +443,7 @@ async def test_bytes_threshold_triggers_groups(tmp_path: Path) -> None:
     d = jdir(tmp_path)
     conf = jconf(tmp_path, journalMaxGroupWaitMSec=5000, journalBufferedWritesThreshold=4096)
     j = Journal(d, conf)
-    j.start()
+    await j.start()
     try:
         c = Collector()
         for i in range(40):
@@ -459,7 +459,7 @@ async def test_flush_when_queue_empty_does_not_wait_for_timer(tmp_path: Path) ->
     d = jdir(tmp_path)
     conf = jconf(tmp_path, journalMaxGroupWaitMSec=5000, journalFlushWhenQueueEmpty=True)
     j = Journal(d, conf)
-    j.start()
+    await j.start()
     try:
         c = Collector()
         for i in range(5):
@@ -478,7 +478,7 @@ async def test_flush_when_queue_empty_does_not_wait_for_timer(tmp_path: Path) ->
 async def test_zero_max_wait_flushes_each_record(tmp_path: Path) -> None:
     d = jdir(tmp_path)
     j = Journal(d, jconf(tmp_path, journalMaxGroupWaitMSec=0))
-    j.start()
+    await j.start()
     try:
         c = Collector()
         for i in range(7):
@@ -501,7 +501,7 @@ async def test_rolling_and_replay(tmp_path: Path) -> None:
     conf = jconf(tmp_path, journalMaxSizeMB=1)
     recs = [record(5, i, os.urandom(64 * 1024)) for i in range(56)]  # ~3.5 MiB
     j = Journal(d, conf)
-    j.start()
+    await j.start()
     try:
         half = len(recs) // 2
         await _log_all(j, recs[:half])
@@ -537,12 +537,12 @@ async def test_restart_opens_new_file_and_replays_everything(tmp_path: Path) -> 
     first = [record(1, i, b"a") for i in range(5)]
     second = [record(1, i, b"b") for i in range(5, 9)]
     j = Journal(d, conf)
-    j.start()
+    await j.start()
     await _log_all(j, first)
     await j.close()
     j = Journal(d, conf)
     assert list(j.replay_records(jf.LogMark())) == first
-    j.start()
+    await j.start()
     assert j.current_journal_id == 2
     assert j.last_synced_mark >= jf.LogMark(2, jf.HEADER_SIZE)
     await _log_all(j, second)
@@ -556,7 +556,7 @@ async def test_gc_keeps_max_backups(tmp_path: Path) -> None:
     conf = jconf(tmp_path, journalMaxBackups=2)
     for i in range(8):
         j = Journal(d, conf)
-        j.start()
+        await j.start()
         await _log_all(j, [record(1, i)])
         await j.close()
     assert jf.list_journal_ids(d) == list(range(1, 9))
@@ -576,48 +576,53 @@ async def test_gc_with_zero_backups(tmp_path: Path) -> None:
     conf = jconf(tmp_path, journalMaxBackups=0)
     for i in range(3):
         j = Journal(d, conf)
-        j.start()
+        await j.start()
         await _log_all(j, [record(1, i)])
         await j.close()
     assert Journal(d, conf).gc(jf.LogMark(3, 0)) == [1, 2]
     assert jf.list_journal_ids(d) == [3]
 
 
-@pytest.mark.parametrize(
-    "what", [("pwrite", "pwritev"), ("fdatasync",), ("posix_fallocate",)], ids=str
-)
+#: How many times each journal failpoint passes before the test's first
+#: record is synced: opening the file writes its header (one write), syncs
+#: it and its directory (two syncs) and preallocates (one allocation); the
+#: first record then takes one write and one sync.
+FIRST_RECORD_PASSES = {"journal.write": 2, "journal.fsync": 3, "journal.allocate": 1}
+
+
+@pytest.fixture
+def journal_failpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Arm failpoints in the journal's writer process (it gets the ones
+    armed here when it starts), and disarm them after the test."""
+    monkeypatch.setenv("DLOG_FAILPOINT_DIR", str(tmp_path / "failpoints"))
+    yield failpoints.configure
+    failpoints.configure("")
+
+
+@pytest.mark.parametrize("point", ["journal.write", "journal.fsync", "journal.allocate"])
 async def test_io_failure_reports_eio_and_never_eok_after(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: tuple[str, ...]
+    tmp_path: Path, journal_failpoints: Any, point: str
 ) -> None:
     d = jdir(tmp_path)
     errors: list[OSError] = []
-    j = Journal(d, jconf(tmp_path), on_error=errors.append)
-    j.start()
-    armed = False
-
-    def failing(real: Any) -> Any:
-        def call(*args: Any) -> Any:
-            if armed:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            return real(*args)
-
-        return call
-
-    for name in what:
-        monkeypatch.setattr(journal_mod.os, name, failing(getattr(journal_mod.os, name)))
+    # Fails once, after the first record: the disk then "recovers".
+    journal_failpoints(f"{point}=enospc+{FIRST_RECORD_PASSES[point]}*1")
+    # One group for the three big records below: one batch, which fails whole.
+    conf = jconf(tmp_path, journalBufferedWritesThreshold=4 * 1024 * 1024)
+    j = Journal(d, conf, on_error=errors.append)
+    await j.start()
     try:
         await _log_all(j, [record(1, 0, b"before")])
-        armed = True
         c = Collector()
         # Big enough to need more preallocated space (1 MiB steps).
         for i in range(1, 4):
             j.log(record(1, i, b"z" * 600 * 1024), c.callback())
         assert await c.wait() == [EIO] * 3
         assert j.failed is not None and j.failed.errno == errno.ENOSPC
-        await asyncio.sleep(0)
-        assert errors and errors[0].errno == errno.ENOSPC
-        # Once failed, the journal never acknowledges again, even if the disk recovers.
-        armed = False
+        assert f"failpoint {point}" in str(j.failed)
+        assert errors == [j.failed]
+        # Once failed, the journal never acknowledges again, though the disk
+        # works again, until it is resumed.
         c2 = Collector()
         for i in range(4, 10):
             j.log(record(1, i), c2.callback())
@@ -630,48 +635,117 @@ async def test_io_failure_reports_eio_and_never_eok_after(
 
 
 async def test_groups_queued_behind_a_failed_write_never_succeed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, journal_failpoints: Any
 ) -> None:
-    """A group already handed to the journal thread when an earlier group's
-    sync fails must get EIO too, even if the disk works again by then."""
+    """A group already handed to the journal's writer when an earlier
+    group's sync fails must get EIO too, even if the disk works again by
+    then."""
     d = jdir(tmp_path)
+    held = tmp_path / "failpoints" / "journal.write"
+    # Group A's write holds (the test lets it go); then its sync fails, once.
+    passes = FIRST_RECORD_PASSES
+    journal_failpoints(
+        f"journal.write=hold+{passes['journal.write']}*1,"
+        f"journal.fsync=eio+{passes['journal.fsync']}*1"
+    )
     j = Journal(d, jconf(tmp_path, journalMaxGroupWaitMSec=0))
-    j.start()
-    entered = threading.Event()
-    proceed = threading.Event()
-    state = {"armed": False, "gate_used": False, "failures": 0}
-    real_pwritev = journal_mod.os.pwritev
-    real_fdatasync = journal_mod.os.fdatasync
-
-    def gated_pwritev(*args: Any) -> Any:
-        if state["armed"] and not state["gate_used"]:
-            state["gate_used"] = True
-            entered.set()
-            assert proceed.wait(10)
-        return real_pwritev(*args)
-
-    def fail_once_fdatasync(fd: int) -> None:
-        if state["armed"] and state["failures"] == 0:
-            state["failures"] += 1
-            raise OSError(errno.EIO, "injected")
-        real_fdatasync(fd)
-
-    monkeypatch.setattr(journal_mod.os, "pwritev", gated_pwritev)
-    monkeypatch.setattr(journal_mod.os, "fdatasync", fail_once_fdatasync)
+    await j.start()
     try:
         await _log_all(j, [record(1, 0)])
-        state["armed"] = True
         c = Collector()
-        j.log(record(1, 1), c.callback())  # group A: its write blocks, then its sync fails
-        assert await asyncio.to_thread(entered.wait, 10)
-        j.log(record(1, 2), c.callback())  # group B: queued while A is in flight
+        j.log(record(1, 1), c.callback())  # group A: its write holds, then its sync fails
+        for _ in range(1000):
+            if held.exists():
+                break
+            await asyncio.sleep(0.01)
+        assert held.exists(), "the writer never reached group A's write"
+        j.log(record(1, 2), c.callback())  # group B: handed over while A is in flight
         assert j.stats.groups == 3
-        proceed.set()
+        await asyncio.sleep(0.05)  # B is in the pipe (nothing answers it before A)
+        assert c.statuses == []
+        held.unlink()
         assert await c.wait() == [EIO, EIO]
-        assert state["failures"] == 1  # the disk "recovered" before B was handled
+        assert j.stats.fsyncs == 1  # A's failed sync is not counted; B was never synced
     finally:
-        proceed.set()
+        held.unlink(missing_ok=True)
         await j.close()
+    assert [jf.parse_ids(r) for r in all_records(d)] == [(1, 0), (1, 1)]
+
+
+async def test_resume_after_enospc_starts_a_new_file(
+    tmp_path: Path, journal_failpoints: Any
+) -> None:
+    """After ENOSPC, :meth:`Journal.resume` makes the writer take records
+    again, in a new file (the failed one may end in a partial group)."""
+    d = jdir(tmp_path)
+    journal_failpoints(f"journal.write=enospc+{FIRST_RECORD_PASSES['journal.write']}*1")
+    j = Journal(d, jconf(tmp_path))
+    await j.start()
+    try:
+        await _log_all(j, [record(1, 0)])
+        c = Collector()
+        j.log(record(1, 1), c.callback())
+        assert await c.wait() == [EIO]
+        assert j.failed is not None
+        assert j.resume()
+        assert j.failed is None
+        await _log_all(j, [record(1, 2)])
+        assert j.current_journal_id == 2
+        assert j.last_synced_mark.journal_id == 2
+    finally:
+        await j.close()
+    assert [jf.parse_ids(r) for r in all_records(d)] == [(1, 0), (1, 2)]
+
+
+async def test_a_writer_that_dies_fails_the_journal(tmp_path: Path) -> None:
+    """kill -9 of the writer process: what it had not answered gets EIO,
+    the journal reports the failure and takes no more records (a restart
+    replays what was synced), and close() still returns."""
+    d = jdir(tmp_path)
+    errors: list[OSError] = []
+    j = Journal(d, jconf(tmp_path, journalMaxGroupWaitMSec=5000), on_error=errors.append)
+    await j.start()
+    try:
+        await _log_all(j, [record(1, 0)])
+        c = Collector()
+        j.log(record(1, 1), c.callback())  # grouping: not handed over yet
+        assert j._proc is not None
+        os.kill(j._proc.pid, signal.SIGKILL)
+        for _ in range(1000):
+            if j.failed is not None:
+                break
+            await asyncio.sleep(0.01)
+        # The group still grouping when the writer died is handed over now,
+        # to nobody: it fails at once.
+        await asyncio.wait_for(j.wait_synced(), 5)
+        assert await c.wait() == [EIO]
+        assert j.failed is not None and j.failed.errno == errno.EIO
+        assert "exited" in str(j.failed)
+        assert errors == [j.failed]
+        assert not j.resume()
+        c2 = Collector()
+        j.log(record(1, 2), c2.callback())
+        assert await c2.wait() == [EIO]
+    finally:
+        await asyncio.wait_for(j.close(), 10)
+    assert [jf.parse_ids(r) for r in all_records(d)] == [(1, 0)]
+
+
+async def test_the_writer_exits_when_the_bookie_goes_away(tmp_path: Path) -> None:
+    """The writer lives no longer than its request pipe: a bookie killed
+    with kill -9 leaves no writer behind, appending to a journal that the
+    next bookie replays."""
+    d = jdir(tmp_path)
+    j = Journal(d, jconf(tmp_path))
+    await j.start()
+    proc = j._proc
+    assert proc is not None
+    await _log_all(j, [record(1, 0)])
+    assert j._req is not None
+    j._req.abort()  # as the bookie's death closes its end
+    await asyncio.wait_for(proc.wait(), 10)
+    await j.close()
+    assert [jf.parse_ids(r) for r in all_records(d)] == [(1, 0)]
 
 
 @pytest.mark.parametrize(
@@ -710,3 +784,21 @@ def test_replay_of_an_empty_journal_reports_nothing(
     with caplog.at_level("ERROR", logger="dlog.bookie.journal"):
         assert list(Journal(d, jconf(tmp_path)).replay_records(jf.LogMark())) == []
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+async def test_the_writer_outlives_signals_to_the_process_group(tmp_path: Path) -> None:
+    """Ctrl-C or a service manager's SIGTERM reaches the writer too: it
+    keeps writing until the bookie, shutting down, closes the journal."""
+    d = jdir(tmp_path)
+    j = Journal(d, jconf(tmp_path))
+    await j.start()
+    try:
+        assert j._proc is not None
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            os.kill(j._proc.pid, sig)
+        await asyncio.sleep(0.2)
+        await _log_all(j, [record(1, 0)])
+        assert j.failed is None
+    finally:
+        await j.close()
+    assert [jf.parse_ids(r) for r in all_records(d)] == [(1, 0)]
