@@ -372,7 +372,10 @@ def with_children(pid: int) -> list[int]:
     are theirs together."""
     pids = [pid]
     for task in Path(f"/proc/{pid}/task").iterdir():
-        pids += [int(c) for c in (task / "children").read_text().split()]
+        try:
+            pids += [int(c) for c in (task / "children").read_text().split()]
+        except FileNotFoundError:
+            pass  # a thread (a read-pool worker) that ended meanwhile
     return pids
 
 
