@@ -139,9 +139,9 @@ class Journal:
         self._ack_fd = -1
         self._acks = jp.AckReader()
         self._ready: asyncio.Future[jp.Ack] | None = None
+        #: Done once the answer pipe closed: the writer exited.
         self._exited: asyncio.Future[None] | None = None
         self._closing = False
-        self._gone = False  # the writer exited
         self._inflight: collections.deque[_Group] = collections.deque()
         self._answered = 0  # groups the writer has answered
         self._file_id = 0
@@ -341,7 +341,7 @@ class Journal:
         self._callbacks = []
         self._group_bytes = 0
         self.stats.groups += 1
-        if self._gone:  # the writer exited: nobody will answer
+        if self._exited is not None and self._exited.done():  # nobody will answer
             now = time.monotonic()
             self._synced([group], self.last_synced_mark, EIO, SyncTimes(now, now, now))
             return
@@ -423,9 +423,11 @@ class Journal:
 
     def _writer_gone(self) -> None:
         """The answer pipe closed: the writer exited."""
-        self._gone = True
         failpoints.remove_listener(self._forward_failpoints)
         self._stop_reading()
+        # First: a group handed over from a callback run below fails at once.
+        if self._exited is not None and not self._exited.done():
+            self._exited.set_result(None)
         if self._ready is not None and not self._ready.done():
             self._ready.set_exception(
                 OSError(
@@ -445,8 +447,6 @@ class Journal:
             self._inflight.clear()
             now = time.monotonic()
             self._synced(groups, self.last_synced_mark, EIO, SyncTimes(now, now, now))
-        if self._exited is not None and not self._exited.done():
-            self._exited.set_result(None)
 
     def _stop_reading(self) -> None:
         if self._ack_fd >= 0:

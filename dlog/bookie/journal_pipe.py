@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+from typing import Any
 
 GROUP = 1
 RESUME = 2
@@ -54,33 +55,54 @@ class Request:
     payload: bytes
 
 
-class RequestReader:
-    """Cuts the request stream into requests (a frame may arrive in pieces)."""
+class _FrameReader:
+    """Cuts a stream of frames (a fixed header whose last field is the
+    length of the bytes after it) into (header fields, body) pairs: a frame
+    may arrive in pieces, and many in one read."""
 
-    def __init__(self) -> None:
+    def __init__(self, header: struct.Struct) -> None:
+        self._header = header
         self._buf = b""
 
-    def feed(self, data: bytes) -> list[Request]:
+    def check(self, fields: tuple[Any, ...]) -> None:
+        """Refuse a bad header as soon as it is read, not once its body
+        (whose length may be garbage too) has arrived."""
+
+    def frames(self, data: bytes) -> list[tuple[tuple[Any, ...], bytes]]:
         buf = self._buf + data if self._buf else data
-        out: list[Request] = []
+        head = self._header
+        out: list[tuple[tuple[Any, ...], bytes]] = []
         pos = 0
         end = len(buf)
-        while end - pos >= REQUEST_HEADER_SIZE:
-            kind, records, nbytes = _REQUEST.unpack_from(buf, pos)
-            if kind not in KINDS:
-                raise ValueError(f"journal pipe: unknown request kind {kind} at {pos}")
-            start = pos + REQUEST_HEADER_SIZE
-            if end - start < nbytes:
+        while end - pos >= head.size:
+            fields = head.unpack_from(buf, pos)
+            self.check(fields)
+            start = pos + head.size
+            if end - start < fields[-1]:
                 break
-            out.append(Request(kind, records, buf[start : start + nbytes]))
-            pos = start + nbytes
+            out.append((fields, buf[start : start + fields[-1]]))
+            pos = start + fields[-1]
         self._buf = buf[pos:]
         return out
 
     @property
     def pending(self) -> int:
-        """Bytes of a request not yet complete."""
+        """Bytes of a frame not yet complete."""
         return len(self._buf)
+
+
+class RequestReader(_FrameReader):
+    """Cuts the request stream into requests."""
+
+    def __init__(self) -> None:
+        super().__init__(_REQUEST)
+
+    def check(self, fields: tuple[Any, ...]) -> None:
+        if fields[0] not in KINDS:
+            raise ValueError(f"journal pipe: unknown request kind {fields[0]}")
+
+    def feed(self, data: bytes) -> list[Request]:
+        return [Request(kind, records, body) for (kind, records, _), body in self.frames(data)]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -121,41 +143,16 @@ class Ack:
         )
 
 
-class AckReader:
+class AckReader(_FrameReader):
     """Cuts the answer stream into :class:`Ack` values."""
 
     def __init__(self) -> None:
-        self._buf = b""
+        super().__init__(_ACK)
 
     def feed(self, data: bytes) -> list[Ack]:
-        buf = self._buf + data if self._buf else data
-        out: list[Ack] = []
-        pos = 0
-        while len(buf) - pos >= ACK_HEADER_SIZE:
-            fields = _ACK.unpack_from(buf, pos)
-            (status, groups, file_id, offset, taken, written, synced) = fields[:7]
-            (writes, fsyncs, nbytes, rolls, records, msg_len) = fields[7:]
-            start = pos + ACK_HEADER_SIZE
-            if len(buf) - start < msg_len:
-                break
-            message = buf[start : start + msg_len].decode(errors="replace")
-            out.append(
-                Ack(
-                    status,
-                    groups,
-                    file_id,
-                    offset,
-                    taken,
-                    written,
-                    synced,
-                    writes,
-                    fsyncs,
-                    nbytes,
-                    rolls,
-                    records,
-                    message,
-                )
-            )
-            pos = start + msg_len
-        self._buf = buf[pos:]
-        return out
+        # The header's fields are Ack's, in order, but for the message's
+        # length, which the message itself replaces.
+        return [
+            Ack(*(*fields[:-1], body.decode(errors="replace")))
+            for fields, body in self.frames(data)
+        ]

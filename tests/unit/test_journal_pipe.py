@@ -88,3 +88,12 @@ def test_failpoints_spec_is_what_is_left(spec: str, passes: int, expected: str) 
         assert failpoints.spec() == expected
     finally:
         failpoints.configure("")
+
+
+def test_a_bad_request_header_is_refused_before_its_body_arrives() -> None:
+    """A garbage header's length may be garbage too: waiting for that many
+    bytes would hang the writer instead of failing it."""
+    header = jp.REQUEST_HEADER_SIZE
+    garbage = bytes([9]) + bytes(header - 5) + (2**31).to_bytes(4, "little")
+    with pytest.raises(ValueError, match="unknown request kind 9"):
+        jp.RequestReader().feed(garbage)
