@@ -80,6 +80,7 @@ from dlog.ledger.bookie_client import BookieClient
 from dlog.ledger.digest import CRC32C, DigestManager
 from dlog.sandbox.bookies import BookieProcess
 from dlog.sandbox.zookeeper import ZooKeeperServer, free_port
+from dlog.stall_watchdog import HEADER as STALL_HEADER
 
 ENTRY_SIZE = 1024
 
@@ -233,7 +234,7 @@ async def closed_loop(
     """Keep ``outstanding`` adds in flight; returns (adds, elapsed, latencies)."""
     latencies: list[float] = []
     done = 0
-    errors = 0
+    errors: Counter[str] = Counter()
     stop_at = time.monotonic() + seconds
     sem = asyncio.Semaphore(outstanding)
     loop = asyncio.get_running_loop()
@@ -241,11 +242,14 @@ async def closed_loop(
     inflight = 0
 
     def on_done(fut: asyncio.Future, t0: float) -> None:
-        nonlocal done, errors, inflight
+        nonlocal done, inflight
         inflight -= 1
         sem.release()
-        if fut.exception() is not None or fut.result().status != 0:
-            errors += 1
+        exc = fut.exception()
+        if exc is not None:
+            errors[type(exc).__name__] += 1
+        elif (status := fut.result().status) != 0:
+            errors[STATUS_NAMES.get(status, str(status))] += 1
         else:
             done += 1
             latencies.append(time.monotonic() - t0)
@@ -261,7 +265,7 @@ async def closed_loop(
     if inflight:
         await finished
     if errors:
-        raise RuntimeError(f"{errors} adds failed")
+        raise RuntimeError(f"{errors.total()} adds failed at full load: {dict(errors)}")
     return done, time.monotonic() - t_start, latencies
 
 
@@ -520,23 +524,23 @@ def _short_frame(frame: str) -> str:
     return f"{'/'.join(Path(m[1]).parts[-2:])}:{m[2]} {m[3]}"
 
 
-def loop_stalls(log_path: Path) -> dict[str, Any]:
+def loop_stalls(log_path: Path, threshold_ms: int) -> dict[str, Any]:
     """The stall dumps in a bookie's log: how many, and the innermost frame
     of each thread that was not idle, most frequent first."""
-    dumps = log_path.read_text(errors="replace").split("Timeout (")[1:]
+    dumps = log_path.read_text(errors="replace").split(STALL_HEADER)[1:]
     frames: Counter[str] = Counter()
     for dump in dumps:
         innermost = None  # awaiting the first frame of a thread
         for line in dump.splitlines():
             line = line.strip()
-            if line.startswith(("Thread 0x", "Current thread 0x")):
+            if line.startswith("Thread 0x"):
                 innermost = ""
             elif innermost == "" and line.startswith("File "):
                 innermost = line.removeprefix("File ")
                 if not (innermost + "\n").endswith(_IDLE_FRAMES):
                     frames[_short_frame(innermost)] += 1
     return {
-        "threshold_ms": STALL_DUMP_MS,
+        "threshold_ms": threshold_ms,
         "dumped": len(dumps),
         "busy_innermost_frames": dict(frames.most_common(8)),
     }
@@ -558,8 +562,7 @@ def run_layout(
         prometheusStatsHttpPort=metrics_port,
         prometheusStatsHttpAddress="127.0.0.1",
         ledgerDirectories=str(ledgers_dir),
-        eventLoopStallDumpThresholdMs=STALL_DUMP_MS,
-        **settings,
+        **{"eventLoopStallDumpThresholdMs": STALL_DUMP_MS, **settings},
     ).start()
     try:
         assert bookie.pid is not None
@@ -592,7 +595,7 @@ def run_layout(
     half["p99_vs_device_bound"] = round(half["p99_ms"] / device["p99_ms"], 1)
     half["p999_vs_device_bound"] = round(half["p999_ms"] / device["p999_ms"], 1)
     caches = (bookie.conf.write_cache_bytes + bookie.conf.read_cache_bytes) / 2**20
-    stalls = loop_stalls(bookie.log_path)
+    stalls = loop_stalls(bookie.log_path, bookie.conf.event_loop_stall_dump_threshold_ms)
     return {
         "journal_device": os.stat(base).st_dev,
         "ledgers_device": os.stat(ledgers_dir).st_dev,

@@ -100,11 +100,12 @@ class BookieConfig(Config):
     event_loop_stall_dump_threshold_ms: int = setting(
         "eventLoopStallDumpThresholdMs",
         0,
-        "When the event loop serving requests has not run for this long, write every "
-        "thread's Python stack to standard error (the bookie's log), once per stall. The "
-        "dump is taken by a watchdog that needs no interpreter lock, so it shows a thread "
-        "holding the lock in a C call too. For tracing latency spikes; 0 turns it off "
-        "(dlog extension).",
+        "When the event loop serving requests has not run for this long, log every "
+        "thread's Python stack (a WARNING in the bookie's log), once per stall. The "
+        "watchdog is a thread that reads the stacks holding the interpreter lock, so a "
+        "stall that is one C call holding the lock is caught as it ends, its caller "
+        "still on the stack. For tracing latency spikes; 0 turns it off (dlog "
+        "extension).",
         min=0,
         unit="ms",
     )

@@ -1,6 +1,7 @@
 """``eventLoopStallDumpThresholdMs``: a bookie whose event loop is held
 (here by a failpoint that never returns, on the loop) writes every
-thread's stack to its log while it is held, naming what holds it."""
+thread's stack to its log while it is held, naming what holds it, and
+lives on."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from dlog.sandbox.bookies import BookieProcess
+from dlog.stall_watchdog import HEADER
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 
@@ -32,13 +34,14 @@ def test_a_held_loop_has_its_stacks_in_the_log(tmp_path: Path, ledgers_uri: str)
     bookie = _held_bookie(tmp_path, ledgers_uri, eventLoopStallDumpThresholdMs=300)
     try:
         deadline = time.monotonic() + 30
-        while "Timeout (" not in bookie.log_path.read_text():
+        while HEADER not in bookie.log_path.read_text():
             assert time.monotonic() < deadline, bookie.log_tail()
             time.sleep(0.1)
-        time.sleep(0.5)  # the rest of the dump
-        log = bookie.log_path.read_text()
+        log = bookie.log_path.read_text()  # one record per dump
         assert "in gauges" in log, log[-3000:]
         assert "failpoints.py" in log
+        assert log.count(HEADER) == 1  # one stall, one dump
+        assert bookie.process is not None and bookie.process.poll() is None
     finally:
         bookie.kill()
 
@@ -47,6 +50,6 @@ def test_no_dump_unless_asked(tmp_path: Path, ledgers_uri: str) -> None:
     bookie = _held_bookie(tmp_path, ledgers_uri)
     try:
         time.sleep(2.0)  # held for far longer than any threshold
-        assert "Timeout (" not in bookie.log_path.read_text()
+        assert HEADER not in bookie.log_path.read_text()
     finally:
         bookie.kill()
