@@ -27,7 +27,7 @@ import logging
 import sys
 import threading
 import time
-import traceback
+from types import FrameType
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,13 @@ def format_stacks(late: float, threshold: float, skip: int | None = None) -> str
         if ident == skip:
             continue
         lines.append(f"Thread 0x{ident:016x} ({names.get(ident, 'unknown')}):")
-        for fs in reversed(traceback.extract_stack(frame)):
-            lines.append(f'  File "{fs.filename}", line {fs.lineno} in {fs.name}')
+        # Names and line numbers only: no source lines read from disk while
+        # the dump holds the interpreter lock.
+        f: FrameType | None = frame
+        while f is not None:
+            code = f.f_code
+            lines.append(f'  File "{code.co_filename}", line {f.f_lineno} in {code.co_name}')
+            f = f.f_back
     return "\n".join(lines)
 
 
