@@ -41,7 +41,7 @@ import time
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from typing import overload
+from typing import Any, NamedTuple, overload
 
 from dlog.dlsn import DLSN
 from dlog.errors import (
@@ -135,22 +135,52 @@ class WrittenDLSNs(Sequence[DLSN]):
         return f"WrittenDLSNs({list(self)!r})"
 
 
+class BulkOutcome(NamedTuple):
+    """What became of a bulk write (:meth:`LogWriter.write_bulk_outcome_nowait`).
+
+    ``written`` are the DLSNs of the records acknowledged durable: a prefix
+    of the bulk, since entries complete in order and the first failure
+    fails the writer. ``error`` is why the rest were not acknowledged (as
+    for any failed write, some may yet be durable); None when all were."""
+
+    written: WrittenDLSNs
+    error: DLogError | None
+
+
 class _Bulk:
-    """One bulk write waiting for its entries."""
+    """One bulk write waiting for its entries. Its future gets the
+    WrittenDLSNs or the error, or, for an ``outcome`` bulk, a BulkOutcome
+    either way."""
 
-    __slots__ = ("future", "parts", "remaining")
+    __slots__ = ("future", "outcome", "parts", "remaining")
 
-    def __init__(self, future: asyncio.Future[WrittenDLSNs], records: int) -> None:
+    def __init__(self, future: asyncio.Future[Any], records: int, outcome: bool) -> None:
         self.future = future
+        self.outcome = outcome
         self.parts: list[_Part] = []
         self.remaining = records
 
+    def written(self) -> WrittenDLSNs:
+        self.parts.sort()  # entries complete in order; this only makes sure
+        return WrittenDLSNs(self.parts)
 
-_Waiter = asyncio.Future[DLSN] | _Bulk
+    def complete(self) -> None:
+        if not self.future.done():
+            written = self.written()
+            self.future.set_result(BulkOutcome(written, None) if self.outcome else written)
+
+    def fail(self, error: DLogError) -> None:
+        if self.future.done():
+            return
+        if self.outcome:
+            self.future.set_result(BulkOutcome(self.written(), error.clone()))
+        else:
+            fail_futures((self.future,), error)
 
 
-def _future_of(waiter: _Waiter) -> asyncio.Future[DLSN] | asyncio.Future[WrittenDLSNs]:
-    return waiter.future if isinstance(waiter, _Bulk) else waiter
+def _fail_bulks(bulks: Iterable[tuple[_Bulk, int, int]], error: DLogError) -> None:
+    for bulk, _, _ in bulks:
+        bulk.fail(error)
 
 
 @dataclasses.dataclass(eq=False)
@@ -367,6 +397,21 @@ class LogWriter:
         of order raises TransactionIdOutOfOrderError and writes none. The
         records are batched as :meth:`write_nowait` would batch them, and
         fill entries as written; the cost per record is that of encoding it."""
+        return self._write_bulk(records, outcome=False)
+
+    def write_bulk_outcome_nowait(
+        self, records: Iterable[LogRecord]
+    ) -> asyncio.Future[BulkOutcome]:
+        """:meth:`write_bulk_nowait` for a caller that must say what became
+        of each record (the write proxy answers a bulk request record by
+        record, as DistributedLog's does): the future never fails; it
+        resolves to a :class:`BulkOutcome`, the DLSNs of the records that
+        were made durable and the error that stopped the others. Errors
+        before any record is taken (a failed writer, txids out of order)
+        are raised as by :meth:`write_bulk_nowait`."""
+        return self._write_bulk(records, outcome=True)
+
+    def _write_bulk(self, records: Iterable[LogRecord], *, outcome: bool) -> asyncio.Future[Any]:
         self._check()
         batch = records if type(records) is list else list(records)
         last = self._last_txid
@@ -378,16 +423,16 @@ class LogWriter:
             last = txid
             if record.flags:
                 plain = False
-        future: asyncio.Future[WrittenDLSNs] = self._loop.create_future()
+        future: asyncio.Future[Any] = self._loop.create_future()
+        bulk = _Bulk(future, len(batch), outcome)
         if not plain:
             # Control records, record sets (several slots each): one by one.
-            self._gather(future, [self.write_nowait(r) for r in batch])
+            self._gather(bulk, [self.write_nowait(r) for r in batch])
             return future
         self._last_txid = last
         if not batch:
-            future.set_result(WrittenDLSNs([]))
+            bulk.complete()
             return future
-        bulk = _Bulk(future, len(batch))
         seg = self._segment
         if seg is None or seg.rolling:
             # A copy: the caller's list may change before a segment takes it.
@@ -400,18 +445,23 @@ class LogWriter:
                 self._ensure_segment()
         return future
 
-    def _gather(
-        self, future: asyncio.Future[WrittenDLSNs], futures: list[asyncio.Future[DLSN]]
-    ) -> None:
-        def done(f: asyncio.Future[list[DLSN]]) -> None:
-            if future.done():
-                return
-            if f.exception() is not None:
-                future.set_exception(f.exception())  # type: ignore[arg-type]
-            else:
-                future.set_result(WrittenDLSNs([(*d, 1) for d in f.result()]))
+    def _gather(self, bulk: _Bulk, futures: list[asyncio.Future[DLSN]]) -> None:
+        """Complete ``bulk`` from its records' own futures, which complete
+        in order: its parts are the records written before the first error."""
 
-        asyncio.gather(*futures).add_done_callback(done)
+        def done(f: asyncio.Future[list[DLSN | BaseException]]) -> None:
+            for result in f.result():
+                if isinstance(result, DLogError):
+                    bulk.fail(result)
+                    return
+                if isinstance(result, BaseException):  # not the writer's: as gather would
+                    if not bulk.future.done():
+                        bulk.future.set_exception(result)
+                    return
+                bulk.parts.append((*result, 1))
+            bulk.complete()
+
+        asyncio.gather(*futures, return_exceptions=True).add_done_callback(done)
 
     def _buffer(self, seg: _Segment, record: LogRecord, fut: asyncio.Future[DLSN]) -> None:
         if seg.buffer.num_records and not seg.buffer.fits(record):
@@ -482,7 +532,7 @@ class LogWriter:
         except DLogError as e:
             error = self._write_failed(e)
             fail_futures((fut for fut, _ in futures), error)
-            fail_futures((b.future for b, _, _ in bulks), error)
+            _fail_bulks(bulks, error)
             return
         self.entries_written += 1
         if not seg.rolling:
@@ -503,7 +553,7 @@ class LogWriter:
         if exc is not None:
             error = self._write_failed(seg.appender.map_error(exc))
             fail_futures((fut for fut, _ in futures), error)
-            fail_futures((b.future for b, _, _ in bulks), error)
+            _fail_bulks(bulks, error)
             return
         entry_id = entry_fut.result()
         # Once per record: build the DLSN tuple directly, skipping the
@@ -515,9 +565,8 @@ class LogWriter:
         for bulk, first, count in bulks:
             bulk.parts.append((seqno, entry_id, first, count))
             bulk.remaining -= count
-            if bulk.remaining == 0 and not bulk.future.done():
-                bulk.parts.sort()  # entries complete in order; this only makes sure
-                bulk.future.set_result(WrittenDLSNs(bulk.parts))
+            if bulk.remaining == 0:
+                bulk.complete()
         last = new(DLSN, (seqno, entry_id, last_slot))
         if last > self._last_dlsn:
             self._last_dlsn = last
@@ -558,7 +607,11 @@ class LogWriter:
         self._error = error
         log.error("stream %s: writer failed: %s", self.name, error)
         queued, self._queued = self._queued, deque()
-        fail_futures((_future_of(waiter) for _, waiter in queued), error)
+        for _, waiter in queued:
+            if isinstance(waiter, _Bulk):
+                waiter.fail(error)
+            else:
+                fail_futures((waiter,), error)
         seg = self._segment
         if seg is not None:
             if seg.timer is not None:
@@ -567,7 +620,7 @@ class LogWriter:
             pending, seg.futures = seg.futures, []
             fail_futures((fut for fut, _ in pending), error)
             bulks, seg.bulks = seg.bulks, []
-            fail_futures((b.future for b, _, _ in bulks), error)
+            _fail_bulks(bulks, error)
 
     # ------------------------------------------------------------------
     # segments

@@ -30,7 +30,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -295,43 +294,31 @@ class StreamManager:
         txid = self._txid(owned)
         # Built first: a record that is too large refuses the whole request.
         records = [LogRecord(txid, p, record_set=record_set) for p in payloads]
-        writer = owned.writer
-        futures: list[asyncio.Future[DLSN]] = []
         try:
-            for r in records:
-                futures.append(writer.write_nowait(r))
+            # One future for the whole request, not one per record.
+            future = owned.writer.write_bulk_outcome_nowait(records)
         except DLogError:
-            # The writer failed (or lost the stream) before taking them all;
-            # those it took fail the same way.
-            for f in futures:
-                f.add_done_callback(lambda f: f.cancelled() or f.exception())
+            # The writer had failed (or lost the stream): nothing was taken.
             self._lost(owned)
             raise
         owned.outstanding += n
         self._outstanding += n
         self.metrics.outstanding.set(self._outstanding)
         try:
-            # Records complete in order: once the last is done, nearly
-            # always all are (cheaper than gathering each).
-            await asyncio.wait(futures[-1:])
-            if all(f.done() for f in futures):
-                results: list[Any] = [f.exception() or f.result() for f in futures]
-            else:
-                results = await asyncio.gather(*futures, return_exceptions=True)
+            # Waited for, not awaited: a request given up on (its client
+            # gone) must not cancel the writer's future.
+            await asyncio.wait((future,))
         finally:
             owned.outstanding -= n
             self._outstanding -= n
             self.metrics.outstanding.set(self._outstanding)
-        out: list[DLSN | DLogError] = []
-        for result in results:
-            if isinstance(result, DLSN):
-                out.append(result)
-            elif isinstance(result, DLogError):
-                self._lost(owned)
-                out.append(result)
-            else:
-                raise result
-        self.metrics.records.inc(sum(1 for r in out if isinstance(r, DLSN)))
+        written, error = future.result()
+        out: list[DLSN | DLogError] = list(written)
+        self.metrics.records.inc(len(out))
+        if error is not None:
+            # The records after the last durable one failed with the writer.
+            self._lost(owned)
+            out += [error] * (n - len(out))
         return out
 
     async def heartbeat(self, owned: OwnedStream, *, to_readers: bool) -> DLSN | None:

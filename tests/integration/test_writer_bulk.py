@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from dlog.dlsn import DLSN
 from dlog.errors import BKTransmitError, TransactionIdOutOfOrderError
 from dlog.reader import LogReader
 from dlog.record import LogRecord, LogRecordWithDLSN
@@ -228,3 +229,35 @@ async def test_a_bulk_waiting_for_its_segment_keeps_the_records_it_was_given(
     got = await read_all(reader, 5)
     assert [r.payload for r in got] == [b"original-%d" % i for i in range(5)]
     await reader.close()
+
+
+async def test_a_bulk_outcome_is_every_dlsn_or_the_error_and_never_raises(
+    open_namespace: Any,
+) -> None:
+    """``write_bulk_outcome_nowait`` (the write proxy's): the DLSNs a plain
+    bulk gets when all are written; when the writer fails, a result naming
+    the error instead of a failed future. A bulk with control records goes
+    one by one and keeps the same contract."""
+    ns = await open_namespace()
+    lm = await ns.open_log("outcome")
+    writer = await lm.open_writer()
+    outcome = await writer.write_bulk_outcome_nowait([LogRecord(i, payload(i)) for i in range(5)])
+    assert outcome.error is None
+    plain = await writer.write_bulk([LogRecord(5, payload(5))])
+    assert list(outcome.written) == [DLSN(1, 0, i) for i in range(5)]
+    assert plain[0] > outcome.written[-1]
+    mixed = await writer.write_bulk_outcome_nowait(
+        [LogRecord(6, payload(6)), LogRecord.control_record(6), LogRecord(7, payload(7))]
+    )
+    assert mixed.error is None and len(mixed.written) == 3
+    assert list(mixed.written) == sorted(mixed.written) and mixed.written[0] > plain[0]
+    for b in open_namespace.bookies[:2]:
+        await b.stop()
+    failed = await asyncio.wait_for(
+        writer.write_bulk_outcome_nowait([LogRecord(i, b"lost") for i in range(8, 50)]), 60
+    )
+    assert isinstance(failed.error, BKTransmitError)
+    assert len(failed.written) == 0  # no entry of it was acknowledged
+    with pytest.raises(BKTransmitError):  # the writer has failed: nothing is taken
+        writer.write_bulk_outcome_nowait([LogRecord(50, b"refused")])
+    await writer.close()

@@ -1,11 +1,15 @@
-"""A bulk write's DLSNs, computed on demand from the entries holding its records."""
+"""A bulk write's DLSNs, computed on demand from the entries holding its
+records, and what a bulk reports when the writer fails under it."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 
 from dlog.dlsn import DLSN
-from dlog.writer import WrittenDLSNs
+from dlog.errors import BKTransmitError
+from dlog.writer import BulkOutcome, WrittenDLSNs, _Bulk
 
 
 def test_dlsns_run_over_each_entry_in_order() -> None:
@@ -27,3 +31,39 @@ def test_dlsns_run_over_each_entry_in_order() -> None:
 
 def test_an_empty_bulk() -> None:
     assert len(WrittenDLSNs([])) == 0 and list(WrittenDLSNs([])) == []
+
+
+def test_a_failed_outcome_bulk_reports_the_entries_acknowledged_before_the_error() -> None:
+    """The mechanism under ``write_bulk_outcome_nowait``: entries that were
+    acknowledged before the failure are the outcome's DLSNs, in order; one
+    acknowledged after it changes nothing; a plain bulk fails instead."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        bulk = _Bulk(loop.create_future(), 7, outcome=True)
+        bulk.parts += [(1, 9, 0, 2), (1, 8, 1, 3)]  # acknowledged, out of order
+        error = BKTransmitError("gone")
+        bulk.fail(error)
+        outcome = bulk.future.result()
+        assert type(outcome) is BulkOutcome
+        assert list(outcome.written) == [DLSN(1, 8, i) for i in (1, 2, 3)] + [
+            DLSN(1, 9, 0),
+            DLSN(1, 9, 1),
+        ]
+        assert isinstance(outcome.error, BKTransmitError) and outcome.error is not error
+        bulk.parts.append((1, 10, 0, 2))
+        bulk.complete()  # too late: the outcome stands
+        assert len(bulk.future.result().written) == 5
+
+        plain = _Bulk(loop.create_future(), 3, outcome=False)
+        plain.parts.append((1, 8, 0, 1))
+        plain.fail(error)
+        with pytest.raises(BKTransmitError):
+            plain.future.result()
+
+        whole = _Bulk(loop.create_future(), 2, outcome=True)
+        whole.parts.append((2, 0, 0, 2))
+        whole.complete()
+        assert whole.future.result() == BulkOutcome(WrittenDLSNs([(2, 0, 0, 2)]), None)
+
+    asyncio.run(main())
