@@ -11,7 +11,8 @@ all completed, whichever comes first. A record's future resolves
 with its DLSN once its entry is durable on an ack quorum; a bulk write
 (:meth:`LogWriter.write_bulk_nowait`) has one future for all its records,
 resolved from the entries that hold them, whose DLSNs are computed on
-demand (:class:`WrittenDLSNs`). Tailing readers see an entry once its LAC
+demand (:class:`WrittenDLSNs`); :meth:`LogWriter.write_bulk_outcome_nowait`
+resolves, even on failure, to the acknowledged prefix and the error. Tailing readers see an entry once its LAC
 is published: on the next entry, or explicitly once the writer is idle; with
 ``enableImmediateFlush`` as soon as each entry completes.
 
