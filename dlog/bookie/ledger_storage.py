@@ -391,17 +391,19 @@ class SingleDirectoryDbLedgerStorage:
         for lid in cache.ledger_ids():
             if lid in self._deleted:
                 continue  # deleted by the garbage collector since it was added
-            eids, datas = cache.sorted_ledger(lid)
-            for start in range(0, len(eids), SLICE):
-                chunk = datas[start : start + SLICE]
-                locations = self.manager.add_entries(lid, chunk)
-                batch.append((lid, array("q", eids[start : start + SLICE]), array("q", locations)))
-                nbytes += sum(map(len, chunk))
-                written += len(chunk)
-                if half and written >= half:
-                    failpoint("ledger_storage.flush.mid_entry_logs")
-                    half = 0
-                self.pacer.pause()
+            for eids, datas in cache.sorted_blocks(lid):
+                for start in range(0, len(eids), SLICE):
+                    chunk = datas[start : start + SLICE]
+                    locations = self.manager.add_entries(lid, chunk)
+                    batch.append(
+                        (lid, array("q", eids[start : start + SLICE]), array("q", locations))
+                    )
+                    nbytes += sum(map(len, chunk))
+                    written += len(chunk)
+                    if half and written >= half:
+                        failpoint("ledger_storage.flush.mid_entry_logs")
+                        half = 0
+                    self.pacer.pause()
         return nbytes
 
     async def flush(self) -> None:

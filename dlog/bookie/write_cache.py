@@ -88,16 +88,23 @@ class WriteCache:
     def ledger_ids(self) -> list[int]:
         return sorted(self._ledgers)
 
-    def sorted_ledger(self, ledger_id: int) -> tuple[list[int], list[bytes]]:
-        """A ledger's entry ids in order and their data, for a batched flush."""
+    def sorted_blocks(self, ledger_id: int) -> Iterator[tuple[list[int], list[bytes]]]:
+        """A ledger's entry ids in order and their data, a block at a time,
+        for a batched flush that pauses between them: sorting a ledger of
+        60,000 entries at once held the interpreter lock for 4 ms."""
         blocks = self._ledgers.get(ledger_id) or {}
-        ids: list[int] = []
-        datas: list[bytes] = []
         for b in sorted(blocks):
             block = blocks[b]
             keys = sorted(block)
+            yield keys, [block[e] for e in keys]
+
+    def sorted_ledger(self, ledger_id: int) -> tuple[list[int], list[bytes]]:
+        """A ledger's entry ids in order and their data."""
+        ids: list[int] = []
+        datas: list[bytes] = []
+        for keys, block_datas in self.sorted_blocks(ledger_id):
             ids += keys
-            datas += [block[e] for e in keys]
+            datas += block_datas
         return ids, datas
 
     def release(self, chunk: int = 4096, pause: Callable[[], None] = lambda: time.sleep(0)) -> None:

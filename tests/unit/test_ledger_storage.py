@@ -9,6 +9,7 @@ import struct
 import threading
 from array import array
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from dlog.bookie.entry_location_index import EntryLocationIndex
 from dlog.bookie.ledger_index import LedgerIndex
 from dlog.bookie.ledger_storage import SLICE, DbLedgerStorage, SingleDirectoryDbLedgerStorage
 from dlog.bookie.read_cache import ReadCache
-from dlog.bookie.write_cache import ENTRY_OVERHEAD, WriteCache
+from dlog.bookie.write_cache import BLOCK, ENTRY_OVERHEAD, WriteCache
 from dlog.conf.bookie import BookieConfig
 from dlog.errors import NoSuchEntryError
 from dlog.sandbox.bookies import bookie_config
@@ -406,6 +407,45 @@ async def test_a_flush_indexes_every_slice_of_a_long_ledger(tmp_path: Path) -> N
         assert st_.locations.entry_ids(4) == list(range(n))
         for eid in (0, SLICE - 1, SLICE, 2 * SLICE, n - 1):
             assert st_.get_entry(4, eid) == entry(4, eid, b"%d" % eid)
+    finally:
+        await st_.close()
+
+
+async def test_a_flush_sorts_a_long_ledger_a_block_at_a_time_between_pauses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flush pauses (for the loop's turn) between sorting one block of a
+    ledger and the next: sorting a whole long ledger at once held the
+    interpreter lock for milliseconds."""
+    conf = sconf(tmp_path)
+    st_ = make_storage(tmp_path, conf)
+    n = 3 * BLOCK
+    events: list[str] = []
+    try:
+        st_.ledger_index.set_master_key(5, b"k")
+        for eid in range(n):
+            assert st_.try_add(5, eid, entry(5, eid))
+        sorted_blocks = WriteCache.sorted_blocks
+
+        def recorded(cache: WriteCache, lid: int) -> Iterator[tuple[list[int], list[bytes]]]:
+            for block in sorted_blocks(cache, lid):
+                events.append("sort")
+                yield block
+
+        monkeypatch.setattr(WriteCache, "sorted_blocks", recorded)
+        pause = st_.pacer.pause
+
+        def recorded_pause() -> None:
+            events.append("pause")
+            pause()
+
+        st_.pacer.pause = recorded_pause  # type: ignore[method-assign]
+        await st_.flush()
+        assert events.count("sort") == 3
+        first = events.index("sort")
+        second = events.index("sort", first + 1)
+        assert "pause" in events[first:second]
+        assert st_.locations.entry_ids(5) == list(range(n))
     finally:
         await st_.close()
 

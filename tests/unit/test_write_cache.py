@@ -51,6 +51,14 @@ def test_write_cache_matches_a_map_per_ledger(script, limit: int) -> None:
         ids, datas = cache.sorted_ledger(lid)
         assert ids == sorted(entries)
         assert datas == [entries[e] for e in ids]
+        # A flush takes them a block at a time: the same, in pieces of
+        # consecutive ids within one block each.
+        blocks = list(cache.sorted_blocks(lid))
+        assert [e for keys, _ in blocks for e in keys] == ids
+        assert [d for _, ds in blocks for d in ds] == datas
+        for keys, ds in blocks:
+            assert keys and len(keys) == len(ds) <= BLOCK
+            assert keys[0] // BLOCK == keys[-1] // BLOCK
         assert sorted(cache.entry_ids(lid)) == sorted(entries)
         assert cache.has_ledger(lid) is bool(entries)
         for eid, data in entries.items():
