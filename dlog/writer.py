@@ -12,9 +12,10 @@ with its DLSN once its entry is durable on an ack quorum; a bulk write
 (:meth:`LogWriter.write_bulk_nowait`) has one future for all its records,
 resolved from the entries that hold them, whose DLSNs are computed on
 demand (:class:`WrittenDLSNs`); :meth:`LogWriter.write_bulk_outcome_nowait`
-resolves, even on failure, to the acknowledged prefix and the error. Tailing readers see an entry once its LAC
-is published: on the next entry, or explicitly once the writer is idle; with
-``enableImmediateFlush`` as soon as each entry completes.
+resolves, even on failure, to the acknowledged prefix and the error.
+Tailing readers see an entry once its LAC is published: on the next entry,
+or explicitly once the writer is idle; with ``enableImmediateFlush`` as soon
+as each entry completes.
 
 Segments roll at ``maxLogSegmentBytes`` or ``logSegmentRollingMinutes``:
 the old segment's remaining entries are flushed, its ledger is closed and
