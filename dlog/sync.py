@@ -65,7 +65,7 @@ from dlog.loop_thread import LoopThread, default_loop_thread, wait
 from dlog.namespace import Namespace as AsyncNamespace
 from dlog.reader import LogReader
 from dlog.record import LogRecord, LogRecordWithDLSN
-from dlog.writer import LogWriter
+from dlog.writer import BulkOutcome, LogWriter
 from subscriptions.consumer import Consumer
 from subscriptions.store import SubscriptionsStore
 
@@ -217,6 +217,24 @@ class SyncLogWriter(ClosingTwin[LogWriter], wraps="writer"):
             if not isinstance(record, LogRecord):
                 raise TypeError(f"expected a LogRecord, got {type(record).__name__}")
         return self._run(self.writer.write_bulk(batch))
+
+    def write_bulk_outcome_nowait(
+        self, records: Iterable[LogRecord]
+    ) -> concurrent.futures.Future[BulkOutcome]:
+        """Queue records in order, after those queued before; the future
+        resolves to a BulkOutcome (the DLSNs acknowledged and the error that
+        stopped the rest, see LogWriter.write_bulk_outcome_nowait), or to
+        the error raised before any record was taken."""
+        batch = list(records)
+        for record in batch:
+            if not isinstance(record, LogRecord):
+                raise TypeError(f"expected a LogRecord, got {type(record).__name__}")
+
+        async def outcome() -> BulkOutcome:
+            self._submit()  # what write_nowait queued goes first
+            return await self.writer.write_bulk_outcome_nowait(batch)
+
+        return self._start(outcome)
 
     flush = blocking(LogWriter.flush)
     mark_end_of_stream = blocking(LogWriter.mark_end_of_stream)

@@ -138,6 +138,20 @@ def test_write_read_iterate_end_of_stream(open_ns) -> None:  # type: ignore[no-u
             log.open_reader()
 
 
+def test_a_bulk_outcome_from_a_thread_comes_after_what_was_queued_before_it(  # type: ignore[no-untyped-def]
+    open_ns,
+) -> None:
+    with open_ns() as ns, ns.open_log("outcomes").open_writer() as writer:
+        queued = [writer.write_nowait(LogRecord(i, payload(i))) for i in range(50)]
+        records = (LogRecord(i, payload(i)) for i in range(50, 60))
+        outcome = writer.write_bulk_outcome_nowait(records).result(30)
+        assert outcome.error is None and len(outcome.written) == 10
+        assert [f.result(10) for f in queued] == sorted(f.result() for f in queued)
+        assert queued[-1].result() < outcome.written[0]
+        with pytest.raises(TypeError, match="LogRecord"):
+            writer.write_bulk_outcome_nowait([b"not a record"])  # type: ignore[list-item]
+
+
 def test_tailing_reader_in_another_thread(open_ns) -> None:  # type: ignore[no-untyped-def]
     ns = open_ns()
     log = ns.open_log("tail")
