@@ -34,6 +34,7 @@ __all__ = [
     "InvalidDLSN",
     "NonInclusiveLowerBound",
     "parse_dlsn",
+    "serialize_slots",
 ]
 
 VERSION0 = 0
@@ -210,6 +211,14 @@ _TOSTRING_RE = re.compile(
     re.ASCII,
 )
 _TRIPLE_RE = re.compile(_NUM + r"([/:])" + _NUM + r"\2" + _NUM, re.ASCII)
+
+
+def serialize_slots(segment: int, entry: int, slots: range) -> list[str]:
+    """``DLSN(segment, entry, s).serialize()`` for each slot ``s``, without a
+    DLSN per record: the records of one entry of a bulk write, which the
+    write proxy answers one string each."""
+    pack, b64 = _V1.pack, binascii.b2a_base64
+    return [b64(pack(VERSION1, segment, entry, s), newline=False).decode("ascii") for s in slots]
 
 
 def parse_dlsn(text: str) -> DLSN:

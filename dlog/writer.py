@@ -45,7 +45,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, overload
 
-from dlog.dlsn import DLSN
+from dlog.dlsn import DLSN, serialize_slots
 from dlog.errors import (
     AlreadyClosedError,
     BKTransmitError,
@@ -123,6 +123,13 @@ class WrittenDLSNs(Sequence[DLSN]):
     def entries(self) -> int:
         """How many entries hold the records."""
         return len(self._parts)
+
+    def serialized(self) -> list[str]:
+        """Each DLSN's :meth:`DLSN.serialize`, in order, built entry by entry."""
+        out: list[str] = []
+        for seqno, entry_id, first, count in self._parts:
+            out += serialize_slots(seqno, entry_id, range(first, first + count))
+        return out
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, WrittenDLSNs):

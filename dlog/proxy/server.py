@@ -311,29 +311,28 @@ class ProxyServer:
         _check_crc(ctx, lambda: wire.write_crc32(stream, data), "stream name and record")
         owned = await self._owned(stream, ctx)
         record_set = bool(ctx is not None and ctx.isRecordSet)
-        (result,) = await self._streams().write(owned, [data], record_set=record_set)
-        if isinstance(result, DLSN):
-            return _ok(result)
-        raise result
+        written, error = await self._streams().write(owned, [data], record_set=record_set)
+        if written:
+            return _ok(written[0])
+        assert error is not None  # one record, not acknowledged
+        raise error
 
     async def writeBulkWithContext(self, stream: str, data: list[bytes] | None, ctx: Any) -> Any:
         # WriteContext.crc32 is not defined over a bulk (DistributedLog
         # checks it for single writes only).
         owned = await self._owned(stream, ctx)
         record_set = bool(ctx is not None and ctx.isRecordSet)
-        results = await self._streams().write(owned, data or [], record_set=record_set)
-        errors = [r for r in results if isinstance(r, DLogError)]
-        if results and len(errors) == len(results):
-            raise errors[0]  # nothing was written: the first failure is the request's
-        return T.BulkWriteResponse(
-            header=T.ResponseHeader(code=SUCCESS),
-            # A successful record's response is its serialized DLSN: the
-            # reply is encoded by wire.encode_bulk_write_reply.
-            writeResponses=[
-                r.serialize() if isinstance(r, DLSN) else T.WriteResponse(header=header_for(r))
-                for r in results
-            ],
-        )
+        records = data or []
+        written, error = await self._streams().write(owned, records, record_set=record_set)
+        if error is not None and not written:
+            raise error  # nothing was written: the failure is the request's
+        # A successful record's response is its serialized DLSN (the reply
+        # is encoded by wire.encode_bulk_write_reply); those after the last
+        # acknowledged one failed with the writer.
+        responses: list[Any] = written.serialized()
+        if error is not None:
+            responses += [T.WriteResponse(header=header_for(error))] * (len(records) - len(written))
+        return T.BulkWriteResponse(header=T.ResponseHeader(code=SUCCESS), writeResponses=responses)
 
     async def truncate(self, stream: str, dlsn: str, ctx: Any) -> Any:
         position = DLSN.deserialize(dlsn or "")

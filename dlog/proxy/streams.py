@@ -48,7 +48,7 @@ from dlog.lock import DistributedLock
 from dlog.namespace import Namespace
 from dlog.proxy.protocol import parse_owner
 from dlog.record import CONTROL_RECORD_PAYLOAD, LogRecord
-from dlog.writer import LogWriter
+from dlog.writer import BulkOutcome, LogWriter
 
 log = logging.getLogger(__name__)
 
@@ -284,8 +284,9 @@ class StreamManager:
 
     async def write(
         self, owned: OwnedStream, payloads: Sequence[bytes], *, record_set: bool = False
-    ) -> list[DLSN | DLogError]:
-        """Write ``payloads`` in order; each result is its DLSN or its error.
+    ) -> BulkOutcome:
+        """Write ``payloads`` in order: the DLSNs of those acknowledged (a
+        prefix) and the error the others failed with (None if none did).
         Raises (writing nothing) when the request is refused as a whole."""
         if owned.writer.is_closed or self._streams.get(owned.name) is not owned:
             raise StreamUnavailableError(f"stream {owned.name!r} is no longer owned here")
@@ -312,14 +313,11 @@ class StreamManager:
             owned.outstanding -= n
             self._outstanding -= n
             self.metrics.outstanding.set(self._outstanding)
-        written, error = future.result()
-        out: list[DLSN | DLogError] = list(written)
-        self.metrics.records.inc(len(out))
-        if error is not None:
-            # The records after the last durable one failed with the writer.
+        outcome: BulkOutcome = future.result()
+        self.metrics.records.inc(len(outcome.written))
+        if outcome.error is not None:
             self._lost(owned)
-            out += [error] * (n - len(out))
-        return out
+        return outcome
 
     async def heartbeat(self, owned: OwnedStream, *, to_readers: bool) -> DLSN | None:
         """With ``to_readers``, a control record readers skip but whose

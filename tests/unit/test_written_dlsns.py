@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dlog.dlsn import DLSN
 from dlog.errors import BKTransmitError
@@ -67,3 +69,21 @@ def test_a_failed_outcome_bulk_reports_the_entries_acknowledged_before_the_error
         assert whole.future.result() == BulkOutcome(WrittenDLSNs([(2, 0, 0, 2)]), None)
 
     asyncio.run(main())
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2**63 - 1),
+            st.integers(-1, 2**63 - 1),
+            st.integers(0, 2**63 - 100),
+            st.integers(0, 5),
+        ),
+        max_size=4,
+    )
+)
+def test_serialized_is_each_dlsns_own_serialization(parts: list[tuple[int, int, int, int]]) -> None:
+    """What the write proxy answers a bulk with: the strings DLSN.serialize
+    gives, built an entry at a time."""
+    written = WrittenDLSNs(parts)
+    assert written.serialized() == [d.serialize() for d in written]
