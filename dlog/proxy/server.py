@@ -312,10 +312,9 @@ class ProxyServer:
         owned = await self._owned(stream, ctx)
         record_set = bool(ctx is not None and ctx.isRecordSet)
         written, error = await self._streams().write(owned, [data], record_set=record_set)
-        if written:
-            return _ok(written[0])
-        assert error is not None  # one record, not acknowledged
-        raise error
+        if error is not None and not written:
+            raise error
+        return _ok(written[0])
 
     async def writeBulkWithContext(self, stream: str, data: list[bytes] | None, ctx: Any) -> Any:
         # WriteContext.crc32 is not defined over a bulk (DistributedLog
