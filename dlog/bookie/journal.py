@@ -160,11 +160,16 @@ class Journal:
             start = mark.offset if jid == mark.journal_id else 0
             path = self.directory / jf.journal_file_name(jid)
             end = start
+            damage = None
             for offset, record in jf.scan_journal(path, start):
+                damage = jf.record_damage(record)
+                if damage is not None:
+                    break  # a damaged record ends this file's replay too
                 end = offset
                 count += 1
                 yield record
-            damage = jf.damage_at(path, end)
+            if damage is None:
+                damage = jf.damage_at(path, end)
             if damage is not None:
                 # BookKeeper refuses to start here; dlog replays what is
                 # intact and goes on: the auditor's entries check finds what

@@ -129,6 +129,19 @@ def parse_meta_payload(record: bytes) -> bytes:
     return record[20 : 20 + n]
 
 
+def record_damage(record: bytes) -> str | None:
+    """Why a record that framed well cannot be replayed: too short for its
+    ids, or a ledger-key or explicit-LAC record whose own payload length is
+    wrong (flipped bytes inside it); None when it can be."""
+    try:
+        _, entry_id = parse_ids(record)
+        if entry_id in (METAENTRY_ID_LEDGER_KEY, METAENTRY_ID_LEDGER_EXPLICITLAC):
+            parse_meta_payload(record)
+    except CorruptedFileError as e:
+        return str(e)
+    return None
+
+
 @dataclasses.dataclass(frozen=True, order=True)
 class LogMark:
     """A position in the journal: everything before it is in ledger storage

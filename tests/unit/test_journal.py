@@ -776,6 +776,33 @@ def test_replay_says_where_it_stopped_short(
         assert errors == []
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        # a ledger key whose payload length says 84 in a 40-byte record
+        jf.ledger_key_record(1, b"k" * 20)[:16] + struct.pack(">i", 84) + b"k" * 20,
+        jf.explicit_lac_record(1, b"lac")[:16] + struct.pack(">i", -3) + b"lac",
+        b"short",  # no room for its ids
+    ],
+)
+def test_replay_stops_a_file_at_a_damaged_record_and_goes_on_with_the_next(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, bad: bytes
+) -> None:
+    """Flipped bytes inside a record that frames well (a meta-record's own
+    length) end that file's replay as a damaged length does, with the same
+    error, instead of stopping the bookie from starting; the next journal
+    file is replayed."""
+    d = jdir(tmp_path)
+    first = [jf.ledger_key_record(1, b"key"), record(1, 0, b"a")]
+    ends = write_journal(d / jf.journal_file_name(1), [*first, bad, record(1, 1, b"lost")])
+    second = [record(1, 2, b"next file")]
+    write_journal(d / jf.journal_file_name(2), second)
+    with caplog.at_level("ERROR", logger="dlog.bookie.journal"):
+        assert list(Journal(d, jconf(tmp_path)).replay_records(jf.LogMark())) == first + second
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and f"replay stopped at offset {ends[1]}" in errors[0], errors
+
+
 def test_replay_of_an_empty_journal_reports_nothing(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
