@@ -155,13 +155,21 @@ class SyncLogWriter(ClosingTwin[LogWriter], wraps="writer"):
         return f"SyncLogWriter({self.name!r})"
 
     # -- queueing -------------------------------------------------------------
-    def _enqueue(self, records: Iterable[LogRecord]) -> list[concurrent.futures.Future[DLSN]]:
-        self._check_caller()
-        batch: list[tuple[LogRecord, concurrent.futures.Future[DLSN]]] = []
-        for record in records:
+    @staticmethod
+    def _records(records: Iterable[LogRecord]) -> list[LogRecord]:
+        """``records`` as a list, checked before any is queued: a TypeError
+        names anything that is not a LogRecord."""
+        batch = list(records)
+        for record in batch:
             if not isinstance(record, LogRecord):
                 raise TypeError(f"expected a LogRecord, got {type(record).__name__}")
-            batch.append((record, concurrent.futures.Future()))
+        return batch
+
+    def _enqueue(self, records: Iterable[LogRecord]) -> list[concurrent.futures.Future[DLSN]]:
+        self._check_caller()
+        batch: list[tuple[LogRecord, concurrent.futures.Future[DLSN]]] = [
+            (record, concurrent.futures.Future()) for record in self._records(records)
+        ]
         with self._lock:
             self._pending.extend(batch)
             if self._scheduled or not self._pending:
@@ -212,11 +220,7 @@ class SyncLogWriter(ClosingTwin[LogWriter], wraps="writer"):
 
         One hop to the loop for the whole batch and no concurrent Future per
         record: the fastest way to write from a thread."""
-        batch = list(records)
-        for record in batch:
-            if not isinstance(record, LogRecord):
-                raise TypeError(f"expected a LogRecord, got {type(record).__name__}")
-        return self._run(self.writer.write_bulk(batch))
+        return self._run(self.writer.write_bulk(self._records(records)))
 
     def write_bulk_outcome_nowait(
         self, records: Iterable[LogRecord]
@@ -225,16 +229,13 @@ class SyncLogWriter(ClosingTwin[LogWriter], wraps="writer"):
         resolves to a BulkOutcome (the DLSNs acknowledged and the error that
         stopped the rest, see LogWriter.write_bulk_outcome_nowait), or to
         the error raised before any record was taken."""
-        batch = list(records)
-        for record in batch:
-            if not isinstance(record, LogRecord):
-                raise TypeError(f"expected a LogRecord, got {type(record).__name__}")
+        batch = self._records(records)
 
         async def outcome() -> BulkOutcome:
-            self._submit()  # what write_nowait queued goes first
             return await self.writer.write_bulk_outcome_nowait(batch)
 
-        return self._start(outcome)
+        # As every blocking call: what write_nowait queued goes first.
+        return self._start(lambda: self._submitted(outcome()))
 
     flush = blocking(LogWriter.flush)
     mark_end_of_stream = blocking(LogWriter.mark_end_of_stream)
