@@ -48,9 +48,17 @@ $(LINKS)/.linked: $(STAMP)
 	@echo $(abspath $(LINKS)) > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/dlog-packages.pth"
 	@touch $@
 
+# The C codec (dlog/_record_codec.c, optional: dlog.record has the same loops
+# in Python). The editable install builds it in place; it is rebuilt here
+# whenever its source changes. Without a compiler the build only warns.
+CODEC := dlog/_record_codec$(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+
+$(CODEC): dlog/_record_codec.c | $(STAMP)
+	$(PY) setup.py -q build_ext --inplace
+
 # Bytecode for dlog's own modules, even where PYTHONDONTWRITEBYTECODE is set:
 # every Spark Python worker and planner would otherwise compile them afresh.
-install: system-deps $(STAMP) $(LINKS)/.linked
+install: system-deps $(STAMP) $(LINKS)/.linked $(CODEC)
 	@$(PY) -m compileall -q dlog subscriptions >/dev/null
 
 demo: install

@@ -52,6 +52,7 @@ at 1, and control records repeat the position of the last user record.
 from __future__ import annotations
 
 import enum
+import os
 import struct
 from collections.abc import Iterable, Sequence
 from operator import index
@@ -596,6 +597,13 @@ class RecordSetWriter:
         n = len(records)
         i = start
         try:
+            if _codec is not None and type(records) is list:
+                # The same loop in C, up to a record that needs the one below.
+                i, count, position, max_txid, done = _codec.append_plain(
+                    buf, records, start, limit, threshold, count, position, max_txid
+                )
+                if done:
+                    return i
             while i < n:
                 record = records[i]
                 payload = record.payload
@@ -612,9 +620,11 @@ class RecordSetWriter:
                     self.append(record)
                     count, position, max_txid = self._count, self._last_position, self._max_txid
                 else:
-                    position += 1
-                    buf += pack(position << _POSITION_SHIFT, txid, size)
+                    # The state moves only once the bytes are in (a held
+                    # view of the buffer makes ``+=`` raise BufferError).
+                    buf += pack((position + 1) << _POSITION_SHIFT, txid, size)
                     buf += payload
+                    position += 1
                     count += 1
                     if max_txid is None or txid > max_txid:
                         max_txid = txid
@@ -854,6 +864,19 @@ def decode_entry(
     if enveloped:
         buf = _open_envelope(buf)
     seq_base = start_sequence_id - 1
+    if _codec is not None:
+        # Plain records only; None hands anything else to the loop below.
+        records = _codec.decode_records(buf, segment_seq_no, entry_id, seq_base)
+        if records is not None:
+            return records
+    return _decode_records(buf, segment_seq_no, entry_id, seq_base, expand_record_sets)
+
+
+def _decode_records(
+    buf: bytes, segment_seq_no: int, entry_id: int, seq_base: int, expand_record_sets: bool
+) -> list[LogRecordWithDLSN]:
+    """:func:`decode_entry`'s loop over an entry's records, every case and
+    every error (the C codec does only plain, well-formed records)."""
     n = len(buf)
     out: list[LogRecordWithDLSN] = []
     # Hot loop: everything bound to locals.
@@ -901,3 +924,16 @@ def decode_entry(
         slot += members
         off = end
     return out
+
+
+# The per-record loops of append_many and decode_entry in C, when the
+# optional extension was built (dlog/_record_codec.c); the Python above is
+# complete without it. DLOG_PURE_PYTHON=1 leaves it unused.
+_codec: Any = None
+if not os.environ.get("DLOG_PURE_PYTHON"):
+    try:
+        import dlog._record_codec as _codec
+    except ImportError:
+        _codec = None
+    else:
+        _codec.configure(LogRecord, LogRecordWithDLSN, DLSN)

@@ -81,6 +81,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dlog.errors",
             "dlog.dlsn",
             "dlog.record",
+            "dlog._record_codec",  # dlog.record's loops in C (its stub: imports nothing)
             "dlog.segment",
             "dlog.uri",
             "dlog.protocol",
@@ -106,7 +107,9 @@ APART: list[tuple[str, str]] = [
 def _modules() -> dict[str, Path]:
     out: dict[str, Path] = {}
     for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
+        # A stub without a .py twin is a compiled module's (its source is C).
+        stubs = [p for p in (ROOT / package).rglob("*.pyi") if not p.with_suffix(".py").exists()]
+        for path in sorted([*(ROOT / package).rglob("*.py"), *stubs]):
             parts = list(path.relative_to(ROOT).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()

@@ -1,14 +1,19 @@
-"""LogRecord, record-set and entry formats, compatible with DistributedLog."""
+"""LogRecord, record-set and entry formats, compatible with DistributedLog.
+
+Every test runs twice: with the C codec (dlog/_record_codec.c) doing the
+per-record loops, and with dlog.record's pure-Python loops alone."""
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
 import lz4.block
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import dlog.record
 from dlog.dlsn import DLSN
 from dlog.errors import InvalidRecordError, RecordTooLargeError
 from dlog.record import (
@@ -28,6 +33,19 @@ from dlog.record import (
     encode_record,
     record_set_count,
 )
+
+
+@pytest.fixture(autouse=True, scope="module", params=["c", "python"])
+def codec(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The C codec, or none (module-scoped: hypothesis tests share it)."""
+    built = dlog.record._codec
+    assert built is not None, "dlog._record_codec is not built (make install builds it)"
+    dlog.record._codec = built if request.param == "c" else None
+    try:
+        yield request.param
+    finally:
+        dlog.record._codec = built
+
 
 # A record description for hypothesis: (kind, txid, payload or list of payloads)
 TXIDS = st.integers(min_value=0, max_value=MAX_TXID - 1)

@@ -1,0 +1,365 @@
+/*
+ * dlog._record_codec: the hot loops of dlog.record in C.
+ *
+ * Two loops run once per record on every write and every read: appending
+ * plain records to an entry (RecordSetWriter.append_many) and decoding an
+ * entry's records (decode_entry). This module does exactly those loops for
+ * the common case and nothing else. Anything unusual -- a flagged record,
+ * a record set, a malformed header, a value out of range, an object of an
+ * unexpected type -- is handed back to the pure-Python code in
+ * dlog/record.py, which stays complete and authoritative: it raises the
+ * errors and handles every case. The extension is built optionally; when it
+ * is missing, dlog.record runs the same loops in Python.
+ *
+ * Formats (all big-endian; see dlog/record.py): a LogRecord is
+ *   int64 metadata (flags bits 0-15, position bits 16-47), int64 txid,
+ *   int32 payload length, payload.
+ *
+ * The record classes are plain Python classes with __slots__; their slots
+ * are read and written through the member descriptors' offsets, found once
+ * in configure().
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+
+#define RECORD_HEADER_SIZE 20
+#define FLAG_RECORD_SET 0x4
+#define KNOWN_FLAGS 0x7
+#define POSITION_SHIFT 16
+#define INT32_MAX_ 0x7fffffffLL
+/* Unused flag bits, position bit 31 and the 16 unused high bits. */
+#define METADATA_INVALID_MASK (0xFFFF800000000000ULL | (uint64_t)(0xFFFF & ~KNOWN_FLAGS))
+
+/* The classes and slot offsets configure() found. */
+static PyTypeObject *record_type;      /* LogRecord */
+static PyTypeObject *read_type;        /* LogRecordWithDLSN */
+static PyTypeObject *dlsn_type;        /* DLSN (a tuple subclass) */
+static Py_ssize_t off_txid, off_payload, off_flags;
+static Py_ssize_t off_dlsn, off_position, off_sequence_id;
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+static uint64_t
+get_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static uint32_t
+get_u32(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static void
+put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (unsigned char)(v & 0xff);
+        v >>= 8;
+    }
+}
+
+static void
+put_u32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+/* The offset of slot ``name`` of ``type`` (a member descriptor), or -1. */
+static Py_ssize_t
+slot_offset(PyTypeObject *type, const char *name)
+{
+    PyObject *descr = PyObject_GetAttrString((PyObject *)type, name);
+    if (descr == NULL)
+        return -1;
+    Py_ssize_t off = -1;
+    if (Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        PyMemberDef *def = ((PyMemberDescrObject *)descr)->d_member;
+        if (def->type == T_OBJECT_EX)
+            off = def->offset;
+    }
+    Py_DECREF(descr);
+    if (off < 0)
+        PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ member", type->tp_name, name);
+    return off;
+}
+
+static PyObject *
+configure(PyObject *self, PyObject *args)
+{
+    PyTypeObject *rec, *read, *dlsn;
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyType_Type, &rec, &PyType_Type, &read, &PyType_Type,
+                          &dlsn))
+        return NULL;
+    if (!PyType_IsSubtype(read, rec) || !PyType_IsSubtype(dlsn, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "configure(LogRecord, LogRecordWithDLSN, DLSN): wrong classes");
+        return NULL;
+    }
+    if ((off_txid = slot_offset(rec, "txid")) < 0 ||
+        (off_payload = slot_offset(rec, "payload")) < 0 ||
+        (off_flags = slot_offset(rec, "flags")) < 0 ||
+        (off_dlsn = slot_offset(read, "dlsn")) < 0 ||
+        (off_position = slot_offset(read, "position")) < 0 ||
+        (off_sequence_id = slot_offset(read, "sequence_id")) < 0)
+        return NULL;
+    Py_XSETREF(record_type, (PyTypeObject *)Py_NewRef(rec));
+    Py_XSETREF(read_type, (PyTypeObject *)Py_NewRef(read));
+    Py_XSETREF(dlsn_type, (PyTypeObject *)Py_NewRef(dlsn));
+    Py_RETURN_NONE;
+}
+
+static int
+configured(void)
+{
+    if (read_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "dlog._record_codec is not configured");
+        return 0;
+    }
+    return 1;
+}
+
+/* A new DLSN (segment, entry, slot): the first two shared, the slot new. */
+static PyObject *
+new_dlsn(PyObject *segment, PyObject *entry, Py_ssize_t slot)
+{
+    PyObject *s = PyLong_FromSsize_t(slot);
+    if (s == NULL)
+        return NULL;
+    PyObject *t = dlsn_type->tp_alloc(dlsn_type, 3);
+    if (t == NULL) {
+        Py_DECREF(s);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(t, 0, Py_NewRef(segment));
+    PyTuple_SET_ITEM(t, 1, Py_NewRef(entry));
+    PyTuple_SET_ITEM(t, 2, s);
+    return t;
+}
+
+/*
+ * decode_records(buf, segment_seq_no, entry_id, seq_base) -> list | None
+ *
+ * The LogRecordWithDLSN of each record of ``buf`` (an entry's record
+ * stream, envelope removed), or None if any record is not a plain,
+ * well-formed one (a record set, a bad header, a truncated record, a
+ * sequence id outside int64): dlog.record decodes (or refuses) those.
+ */
+static PyObject *
+decode_records(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    PyObject *segment, *entry, *base_obj;
+    if (!configured())
+        return NULL;
+    if (!PyArg_ParseTuple(args, "y*O!O!O!", &view, &PyLong_Type, &segment, &PyLong_Type, &entry,
+                          &PyLong_Type, &base_obj))
+        return NULL;
+    int overflow = 0;
+    long long seq_base = PyLong_AsLongLongAndOverflow(base_obj, &overflow);
+    if (seq_base == -1 && PyErr_Occurred()) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    if (overflow)
+        goto fallback;
+    const unsigned char *buf = view.buf;
+    Py_ssize_t n = view.len, off = 0, slot = 0;
+    out = PyList_New(0);
+    if (out == NULL)
+        goto error;
+    while (off < n) {
+        if (n - off < RECORD_HEADER_SIZE)
+            goto fallback;
+        uint64_t metadata = get_u64(buf + off);
+        int64_t txid = (int64_t)get_u64(buf + off + 8);
+        int32_t length = (int32_t)get_u32(buf + off + 16);
+        Py_ssize_t start = off + RECORD_HEADER_SIZE;
+        if ((metadata & METADATA_INVALID_MASK) || (metadata & FLAG_RECORD_SET) || length < 0 ||
+            length > n - start)
+            goto fallback;
+        long long position = (long long)(metadata >> POSITION_SHIFT);
+        long long sequence_id;
+        if (__builtin_add_overflow(seq_base, position, &sequence_id))
+            goto fallback;
+        PyObject *rec = read_type->tp_alloc(read_type, 0);
+        if (rec == NULL)
+            goto error;
+        /* Each slot is set as soon as its value exists: a failure leaves a
+         * record whose set slots its deallocator frees. */
+        PyObject *v;
+        if ((v = PyLong_FromLongLong(txid)) == NULL)
+            goto rec_error;
+        SLOT(rec, off_txid) = v;
+        if ((v = PyBytes_FromStringAndSize((const char *)buf + start, length)) == NULL)
+            goto rec_error;
+        SLOT(rec, off_payload) = v;
+        if ((v = PyLong_FromLong((long)(metadata & 0xFFFF))) == NULL)
+            goto rec_error;
+        SLOT(rec, off_flags) = v;
+        if ((v = new_dlsn(segment, entry, slot)) == NULL)
+            goto rec_error;
+        SLOT(rec, off_dlsn) = v;
+        if ((v = PyLong_FromLongLong(position)) == NULL)
+            goto rec_error;
+        SLOT(rec, off_position) = v;
+        if ((v = PyLong_FromLongLong(sequence_id)) == NULL)
+            goto rec_error;
+        SLOT(rec, off_sequence_id) = v;
+        if (PyList_Append(out, rec) < 0)
+            goto rec_error;
+        Py_DECREF(rec);
+        slot += 1;
+        off = start + length;
+        continue;
+    rec_error:
+        Py_DECREF(rec);
+        goto error;
+    }
+    PyBuffer_Release(&view);
+    return out;
+fallback:
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+error:
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+/*
+ * append_plain(buf, records, start, limit, threshold, count, position, max_txid)
+ *     -> (index, count, position, max_txid, done)
+ *
+ * RecordSetWriter.append_many's loop for plain records: appends
+ * ``records[start:]`` to the bytearray ``buf`` while they fit (an entry of
+ * at most ``limit`` bytes), stopping after the record that brings it to
+ * ``threshold`` bytes or more. ``done`` is true when the run ended as
+ * append_many's would (every record appended, the threshold reached, or the
+ * next record does not fit an entry that holds some); false when record
+ * ``index`` needs dlog.record's general path (flags, an empty entry it does
+ * not fit, a payload that is not bytes, a txid that is not an int64, a
+ * position at int32's max, an object that is not a LogRecord).
+ */
+static PyObject *
+append_plain(PyObject *self, PyObject *args)
+{
+    PyObject *buf, *records, *max_obj;
+    Py_ssize_t start, limit, threshold, count;
+    long long position;
+    if (!configured())
+        return NULL;
+    if (!PyArg_ParseTuple(args, "O!O!nnnnLO", &PyByteArray_Type, &buf, &PyList_Type, &records,
+                          &start, &limit, &threshold, &count, &position, &max_obj))
+        return NULL;
+    int have_max = max_obj != Py_None;
+    long long max_txid = 0;
+    if (have_max) {
+        max_txid = PyLong_AsLongLong(max_obj);
+        if (max_txid == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    const Py_ssize_t max_set = 1024 * 1024 - 4 * 1024; /* MAX_LOGRECORDSET_SIZE */
+    const Py_ssize_t max_payload = 1024 * 1024 - 8 * 1024 - RECORD_HEADER_SIZE;
+    /* First the run of records to append and the size it needs, so that the
+     * bytearray is resized once, before anything is written: an error (no
+     * memory, a buffer export) then leaves it and the writer's state as they
+     * were. */
+    const Py_ssize_t used = PyByteArray_GET_SIZE(buf);
+    const Py_ssize_t n = PyList_GET_SIZE(records);
+    Py_ssize_t size_after = used, end = start, appended = 0;
+    int done = start >= 0; /* a negative start: the general path decides */
+    while (done && end < n) {
+        PyObject *rec = PyList_GET_ITEM(records, end);
+        PyObject *payload, *txid_obj, *flags;
+        if (!PyObject_TypeCheck(rec, record_type) ||
+            (payload = SLOT(rec, off_payload)) == NULL ||
+            (txid_obj = SLOT(rec, off_txid)) == NULL || (flags = SLOT(rec, off_flags)) == NULL ||
+            !PyBytes_CheckExact(payload) || !PyLong_CheckExact(txid_obj) ||
+            !PyLong_CheckExact(flags)) {
+            done = 0;
+            break;
+        }
+        Py_ssize_t size = PyBytes_GET_SIZE(payload);
+        Py_ssize_t new_size = size_after + RECORD_HEADER_SIZE + size;
+        if (new_size > limit && (count + appended || new_size > max_set)) {
+            if (!(count + appended))
+                done = 0; /* dlog.record refuses it */
+            break;        /* else the next entry takes it */
+        }
+        int flags_overflow = 0, txid_overflow = 0;
+        long flag_bits = PyLong_AsLongAndOverflow(flags, &flags_overflow);
+        (void)PyLong_AsLongLongAndOverflow(txid_obj, &txid_overflow);
+        if (flags_overflow || txid_overflow || flag_bits != 0 || size > max_payload ||
+            position + appended >= INT32_MAX_) {
+            done = 0;
+            break;
+        }
+        size_after = new_size;
+        appended += 1;
+        end += 1;
+        if (new_size >= threshold)
+            break;
+    }
+    if (appended && PyByteArray_Resize(buf, size_after) < 0)
+        return NULL;
+    unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(buf) + used;
+    for (Py_ssize_t k = start; k < end; k++) {
+        PyObject *rec = PyList_GET_ITEM(records, k);
+        PyObject *payload = SLOT(rec, off_payload);
+        long long txid = PyLong_AsLongLong(SLOT(rec, off_txid)); /* checked above */
+        Py_ssize_t size = PyBytes_GET_SIZE(payload);
+        position += 1;
+        put_u64(p, (uint64_t)position << POSITION_SHIFT);
+        put_u64(p + 8, (uint64_t)txid);
+        put_u32(p + 16, (uint32_t)size);
+        memcpy(p + RECORD_HEADER_SIZE, PyBytes_AS_STRING(payload), size);
+        p += RECORD_HEADER_SIZE + size;
+        if (!have_max || txid > max_txid) {
+            max_txid = txid;
+            have_max = 1;
+        }
+    }
+    PyObject *max_out = have_max ? PyLong_FromLongLong(max_txid) : Py_NewRef(Py_None);
+    if (max_out == NULL)
+        return NULL;
+    return Py_BuildValue("nnLNO", end, count + appended, position, max_out,
+                         done ? Py_True : Py_False);
+}
+
+static PyMethodDef methods[] = {
+    {"configure", configure, METH_VARARGS,
+     "configure(LogRecord, LogRecordWithDLSN, DLSN): the classes to read and build."},
+    {"decode_records", decode_records, METH_VARARGS,
+     "decode_records(buf, segment_seq_no, entry_id, seq_base) -> list | None"},
+    {"append_plain", append_plain, METH_VARARGS,
+     "append_plain(buf, records, start, limit, threshold, count, position, max_txid)"
+     " -> (index, count, position, max_txid, done)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "dlog._record_codec",
+    .m_doc = "The per-record loops of dlog.record in C (optional; dlog.record has them in Python).",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC
+PyInit__record_codec(void)
+{
+    return PyModule_Create(&module);
+}

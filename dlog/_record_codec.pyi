@@ -1,0 +1,19 @@
+"""Types of the optional C extension (dlog/_record_codec.c)."""
+
+from typing import Any
+
+def configure(record: type, read_record: type, dlsn: type, /) -> None: ...
+def decode_records(
+    buf: bytes | bytearray | memoryview, segment_seq_no: int, entry_id: int, seq_base: int, /
+) -> list[Any] | None: ...
+def append_plain(
+    buf: bytearray,
+    records: list[Any],
+    start: int,
+    limit: int,
+    threshold: int,
+    count: int,
+    position: int,
+    max_txid: int | None,
+    /,
+) -> tuple[int, int, int, int | None, bool]: ...
