@@ -271,6 +271,26 @@ def _clean_namespace_path(path: str) -> str:
     return path
 
 
+def _from_seqno(
+    named: list[tuple[int, bool, str]], from_seqno: int | None
+) -> list[tuple[int, bool, str]]:
+    """Of ``(sequence number, in progress, znode name)``: those from
+    ``from_seqno`` on (all if None), and the one below that decides their
+    start sequence ids (:func:`assign_start_sequence_ids` numbers only the
+    stream's first in-progress segment, from the completed one before it):
+    the first in-progress segment if it is below, else the last completed."""
+    if from_seqno is None:
+        return named
+    keep = [n for n in named if n[0] >= from_seqno]
+    below = [n for n in named if n[0] < from_seqno]
+    in_progress = [n for n in below if n[1]]
+    if in_progress:
+        keep.append(min(in_progress))
+    elif below:
+        keep.append(max(below))
+    return keep
+
+
 # ---------------------------------------------------------------------------
 # the store
 # ---------------------------------------------------------------------------
@@ -464,28 +484,29 @@ class LogMetadataStore:
         return LogSegmentMetadata.parse(data, znode), stat.version
 
     async def get_segments(
-        self, name: str, watch: Callable[[WatchedEvent], Any] | None = None
+        self,
+        name: str,
+        watch: Callable[[WatchedEvent], Any] | None = None,
+        *,
+        from_seqno: int | None = None,
     ) -> list[tuple[LogSegmentMetadata, int]]:
         """The stream's segments with their znode versions, in DistributedLog's
         order (sequence number, in-progress first). ``watch`` is a one-shot
         children watch on ``ledgers``. :class:`LogNotFoundError` if the
-        stream does not exist."""
+        stream does not exist.
+
+        With ``from_seqno``, only the segments from that sequence number on,
+        and the one before them that their start sequence ids depend on (see
+        :func:`assign_start_sequence_ids`): a tailing reader lists its
+        stream at every segment it moves to, and reading every znode of a
+        long stream each time would cost it a round trip per segment kept."""
         p = self.paths(name)
         sem = asyncio.Semaphore(_READ_CONCURRENCY)
         for attempt in range(_LIST_ATTEMPTS):
             # The watch goes on the first listing only: if the list changes
             # before we are done, that change fires it.
-            w = watch if attempt == 0 else None
-            try:
-                children = await self.zk.get_children(p.ledgers, watch=w)
-            except NoNodeError:
-                raise self._not_found(name) from None
-            names = []
-            for child in children:
-                if parse_znode_name(child) is None:
-                    log.warning("log %s: ignoring unexpected znode %s/%s", name, p.ledgers, child)
-                else:
-                    names.append(child)
+            named = await self._segment_names(p, watch if attempt == 0 else None)
+            names = [n for _, _, n in _from_seqno(named, from_seqno)]
             read = await asyncio.gather(*(self._read_segment(p, n, sem) for n in names))
             if any(r is None for r in read):
                 continue  # a segment was completed or deleted meanwhile: list again
@@ -493,6 +514,30 @@ class LogMetadataStore:
             segments.sort(key=lambda sv: sv[0].sort_key)
             return segments
         raise ZooKeeperError(f"list segments of {name}: the list keeps changing")
+
+    async def _segment_names(
+        self, p: LogPaths, watch: Callable[[WatchedEvent], Any] | None = None
+    ) -> list[tuple[int, bool, str]]:
+        try:
+            children = await self.zk.get_children(p.ledgers, watch=watch)
+        except NoNodeError:
+            raise self._not_found(p.name) from None
+        named: list[tuple[int, bool, str]] = []
+        for child in children:
+            parsed = parse_znode_name(child)
+            if parsed is None:
+                log.warning("log %s: ignoring unexpected znode %s/%s", p.name, p.ledgers, child)
+            else:
+                named.append((parsed[1], parsed[0], child))
+        named.sort()
+        return named
+
+    async def segment_names(self, name: str) -> list[tuple[int, bool, str]]:
+        """``(sequence number, in progress, znode name)`` of the stream's
+        segments, by sequence number, from their znode names alone (one
+        listing, no segment read). :class:`LogNotFoundError` if the stream
+        does not exist."""
+        return await self._segment_names(self.paths(name))
 
     async def get_segment(self, name: str, znode_name: str) -> tuple[LogSegmentMetadata, int]:
         """One segment by znode name, with its version."""

@@ -333,10 +333,14 @@ class LogReader:
     def _on_segments_changed(self, _event: object = None) -> None:
         self._segments_changed.set()
 
-    async def _segments(self) -> list[LogSegmentMetadata]:
+    async def _segments(self, from_seqno: int | None = None) -> list[LogSegmentMetadata]:
+        """The stream's segments, from sequence number ``from_seqno`` on when
+        given (those behind the reader's position are of no use to it)."""
         self._segments_changed.clear()
         try:
-            pairs = await self.ctx.metadata.get_segments(self.name, watch=self._on_segments_changed)
+            pairs = await self.ctx.metadata.get_segments(
+                self.name, watch=self._on_segments_changed, from_seqno=from_seqno
+            )
         except LogNotFoundError:
             raise
         # Number a Java-written in-progress segment's records as Java readers do.
@@ -372,7 +376,7 @@ class LogReader:
             if seg is None:
                 # Caught up with every known segment: wait for a new one.
                 await self._segments_changed.wait()
-                segments = await self._segments()
+                segments = await self._segments(position.log_segment_sequence_no)
                 continue
             if seg.log_segment_sequence_no > position.log_segment_sequence_no:
                 position = DLSN(seg.log_segment_sequence_no, 0, 0)
@@ -389,11 +393,11 @@ class LogReader:
                     raise
                 position = self._resume_at
                 await self._back_off(e, position)
-                segments = await self._segments()
+                segments = await self._segments(position.log_segment_sequence_no)
                 continue
             if ended:
                 return
-            segments = await self._segments()
+            segments = await self._segments(position.log_segment_sequence_no)
 
     async def _back_off(self, error: BKError, position: DLSN) -> None:
         """``readAheadWaitTime`` after a retriable error, doubling on each
@@ -477,7 +481,7 @@ class LogReader:
             if not changed.done() and not handle.is_closed:
                 self._check_idle()
                 return seg
-        for s in await self._segments():
+        for s in await self._segments(seg.log_segment_sequence_no):
             if s.log_segment_sequence_no == seg.log_segment_sequence_no:
                 return s
         return None

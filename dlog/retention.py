@@ -15,7 +15,12 @@ import logging
 import time
 
 from dlog.dlsn import DLSN
-from dlog.errors import IncorrectParameterError, LogEmptyError, NoSuchLedgerError
+from dlog.errors import (
+    IncorrectParameterError,
+    LogEmptyError,
+    LogMetadataVersionError,
+    NoSuchLedgerError,
+)
 from dlog.positions import last_dlsn
 from dlog.stream import StreamContext
 
@@ -58,18 +63,28 @@ async def truncate(ctx: StreamContext, dlsn: DLSN) -> bool:
 
 async def purge_expired(ctx: StreamContext) -> list[int]:
     """Delete completed segments past retention and truncated ones, always
-    keeping the newest completed segment. Returns the deleted sequence numbers."""
-    segments = await ctx.metadata.get_segments(ctx.name)
-    completed = [(s, v) for s, v in segments if not s.in_progress]
-    if len(completed) <= 1:
-        return []
+    keeping the newest completed segment. Returns the deleted sequence numbers.
+
+    Both kinds are a prefix of the stream (segments complete in order, and
+    truncation marks everything before a DLSN), so segments are read from
+    the oldest and the purge stops at the first one it keeps: a writer
+    purges after every roll, and reading every segment each time would
+    cost it a round trip per segment the stream keeps. (A segment completed
+    on a machine whose clock lags can hold later expired ones back until it
+    expires itself: retention keeps records at least as long as it says.)"""
+    names = await ctx.metadata.segment_names(ctx.name)
+    completed = [znode for _, in_progress, znode in names if not in_progress]
     conf = ctx.conf
     cutoff = int(time.time() * 1000) - int(conf.log_segment_retention_hours * 3600 * 1000)
     deleted = []
     by_age = not conf.explicit_truncation_by_app
-    for seg, version in completed[:-1]:
+    for znode in completed[:-1]:
+        try:
+            seg, version = await ctx.metadata.get_segment(ctx.name, znode)
+        except LogMetadataVersionError:
+            continue  # deleted meanwhile (by another purge)
         if not (seg.is_truncated or (by_age and seg.completion_time < cutoff)):
-            continue
+            break
         await ctx.metadata.delete_segment(ctx.name, seg, version)
         try:
             await ctx.bk.delete_ledger(seg.ledger_id)

@@ -4,6 +4,7 @@ ownership. Real ZooKeeper and real (in-process) bookies."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -187,6 +188,39 @@ async def test_truncated_positions_start_at_the_first_live_record(namespace) -> 
     reader = await lm.open_reader()
     assert (await reader.read_next(timeout=10)).dlsn == cut
     await reader.close()
+
+
+async def test_a_purge_reads_segments_from_the_oldest_up_to_the_first_it_keeps(
+    namespace,
+) -> None:
+    """What retention deletes is a prefix of the stream, so a purge (which a
+    writer runs after every roll) reads the oldest segments only, up to the
+    first it keeps, not every segment the stream keeps."""
+    ns = await namespace(maxLogSegmentBytes=2048, writerOutputBufferSize=1024)
+    lm = await ns.open_log("purge-prefix")
+    writer = await lm.open_writer()
+    dlsns = await writer.write_bulk([LogRecord(i, payload(i)) for i in range(300)])
+    await writer.close()
+    segments = [s for s, _ in await lm.context.metadata.get_segments("purge-prefix")]
+    assert len(segments) >= 10
+    store = lm.context.metadata
+    reads: list[str] = []
+    real_get = store.get_segment
+
+    async def get_segment(name: str, znode: str) -> Any:
+        reads.append(znode)
+        return await real_get(name, znode)
+
+    store.get_segment = get_segment  # type: ignore[method-assign]
+    assert await lm.purge_expired() == []  # nothing expired: one read
+    assert reads == [segments[0].znode_name]
+    cut = dlsns[150]
+    assert await lm.truncate(cut)
+    reads.clear()
+    purged = await lm.purge_expired()
+    assert purged == list(range(1, cut.log_segment_sequence_no))
+    assert len(reads) == len(purged) + 1  # the purged ones and the first kept
+    store.get_segment = real_get  # type: ignore[method-assign]
 
 
 async def test_end_of_stream(namespace) -> None:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from dlog.dlsn import DLSN
 from dlog.errors import IllegalStateError, MetadataError, UnsupportedMetadataVersionError
 from dlog.ledger.read_handle import LedgerEntry
+from dlog.log_metadata import _from_seqno
 from dlog.record import LogRecord, RecordSetWriter
 from dlog.segment import (
     INVALID_TXID,
@@ -524,6 +525,38 @@ def test_assign_start_sequence_ids() -> None:
     assert [s.start_sequence_id for s in two] == [0, -1]
     # completed segments keep their own
     assert assign_start_sequence_ids([_seg(1, start=8, count=3)])[0].start_sequence_id == 8
+
+
+@given(
+    st.lists(
+        st.tuples(st.booleans(), st.sampled_from([4, 5]), st.integers(-1, 50), st.integers(0, 9)),
+        max_size=12,
+    ),
+    st.integers(0, 14),
+)
+@example([(True, 5, 10, 4), (False, 5, -1, 0)], 2)  # the completed one below counts
+@example([(True, 5, 10, 4), (False, 5, -1, 0), (False, 5, -1, 0), (False, 5, -1, 0)], 4)
+@settings(max_examples=300)
+def test_a_listing_from_a_sequence_number_numbers_its_segments_as_the_whole(
+    specs: list[tuple[bool, int, int, int]], from_seqno: int
+) -> None:
+    """A tailing reader lists only the segments from its own on (and below
+    them down to the last completed one): their start sequence ids are
+    what the whole list gives them."""
+    segs = [
+        _seg(i + 1, version=v, start=start if v == 5 else -1, count=count, done=done)
+        for i, (done, v, start, count) in enumerate(specs)
+    ]
+    named = [(s.log_segment_sequence_no, s.in_progress, s.znode_name) for s in segs]
+    kept = {n for _, _, n in _from_seqno(named, from_seqno)}
+    assert {s.znode_name for s in segs if s.log_segment_sequence_no >= from_seqno} <= kept
+
+    def wanted(out: list[LogSegmentMetadata]) -> list[LogSegmentMetadata]:
+        return [s for s in out if s.log_segment_sequence_no >= from_seqno]
+
+    whole = wanted(assign_start_sequence_ids(segs))
+    assert wanted(assign_start_sequence_ids(s for s in segs if s.znode_name in kept)) == whole
+    assert _from_seqno(named, None) == named
 
 
 def test_start_sequence_id_after() -> None:
