@@ -792,6 +792,10 @@ class LogWriter:
         await seg.handle.wait_pending(timeout=self.conf.log_flush_timeout_seconds)
         if self._error is not None:
             raise self._error.clone()
+        # Tailing readers get the last entries now, not once the segment is
+        # completed (the close and the completion take several ZooKeeper
+        # writes). Sent, not awaited: the close need not wait for it.
+        seg.handle.send_lac()
         await seg.appender.close(close)
         completed = seg.meta.complete(
             last_txid=seg.last_txid if seg.last_txid is not None else seg.meta.first_txid,

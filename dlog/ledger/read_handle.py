@@ -37,6 +37,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+#: A long poll asks a bookie that does not know the ledger yet again after
+#: this many seconds, doubling up to the max.
+LONG_POLL_RETRY_FIRST = 0.001
+LONG_POLL_RETRY_MAX = 0.05
+
+
 class LedgerEntry(NamedTuple):
     ledger_id: int
     entry_id: int
@@ -209,26 +215,40 @@ class ReadHandle:
         with ``previousLAC`` and the piggyback flag, since BookKeeper bookies
         refuse any other entryId there with EBADREQ. The response's entryId
         names the entry that came back; -1 or no body means none (EOK without
-        an entry is an answer: the LAC only, or a bookie of another stripe)."""
+        an entry is an answer: the LAC only, or a bookie of another stripe).
+
+        A bookie that has no entry of the ledger yet (a segment just begun)
+        answers at once, without waiting: it is asked again, after 1 ms and
+        then twice as long each time (at most 50 ms), until the timeout. Left
+        out until the timeout, it would leave the poll to the other bookie,
+        which may learn the LAC tens of milliseconds later."""
         if self.is_closed or self._lac > previous_lac:
             return self._lac
         next_entry = previous_lac + 1
         ensemble = self._md.ensemble_for(max(next_entry, 0))
-        timeout_ms = int(timeout * 1000)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
 
         async def ask(bookie: str) -> int:
-            try:
-                conn = await self.client.pool.get(bookie)
-                resp = await conn.read_entry(
-                    self.ledger_id,
-                    LAST_ADD_CONFIRMED,
-                    previous_lac=previous_lac,
-                    long_poll_timeout_ms=timeout_ms,
-                    piggyback=True,
-                    timeout=timeout + self._timeout,
-                )
-            except BKError:
-                return -1
+            delay = LONG_POLL_RETRY_FIRST
+            while True:
+                left = deadline - loop.time()
+                try:
+                    conn = await self.client.pool.get(bookie)
+                    resp = await conn.read_entry(
+                        self.ledger_id,
+                        LAST_ADD_CONFIRMED,
+                        previous_lac=previous_lac,
+                        long_poll_timeout_ms=max(int(left * 1000), 0),
+                        piggyback=True,
+                        timeout=left + self._timeout,
+                    )
+                except BKError:
+                    return -1
+                if resp.status not in (ENOLEDGER, ENOENTRY) or deadline - loop.time() <= delay:
+                    break
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, LONG_POLL_RETRY_MAX)
             if resp.status != EOK:
                 return -1
             rr = resp.readResponse
