@@ -231,8 +231,8 @@ class ReadHandle:
 
         async def ask(bookie: str) -> int:
             delay = LONG_POLL_RETRY_FIRST
+            left = timeout
             while True:
-                left = deadline - loop.time()
                 try:
                     conn = await self.client.pool.get(bookie)
                     resp = await conn.read_entry(
@@ -249,6 +249,7 @@ class ReadHandle:
                     break
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, LONG_POLL_RETRY_MAX)
+                left = deadline - loop.time()
             if resp.status != EOK:
                 return -1
             rr = resp.readResponse

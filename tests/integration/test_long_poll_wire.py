@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from dlog.bookie.service import BookieService
+from dlog.errors import ENOLEDGER
 from dlog.ledger.client import BookKeeper
 from dlog.protocol import messages as m
 from dlog.protocol.bookkeeper_pb2 import Request
@@ -84,4 +85,28 @@ async def test_long_poll_sends_upstream_request_and_keeps_the_returned_entry(
         assert req.readRequest.entryId == -1 and req.readRequest.previousLAC == 1
         resp = relay.responses[req.header.txnId].readResponse
         assert not resp.HasField("body") and resp.entryId == -1 and resp.maxLAC == 1
+        await wh.close()
+
+
+async def test_a_long_poll_asks_again_a_bookie_that_does_not_know_the_ledger_yet(
+    relayed_bookie: RecordingRelay, ledgers_uri: str
+) -> None:
+    """A reader's first poll of a segment just begun reaches a bookie before
+    the ledger's first entry: it answers at once (ENOLEDGER), not waiting.
+    The poll asks it again until the timeout, and returns when the LAC
+    moves; it does not give up on the bookie at the first answer."""
+    relay = relayed_bookie
+    async with BookKeeper(ledgers_uri) as bk:
+        wh = await bk.create_ledger(1, 1, 1, password=b"pw")
+        rh = await bk.open_ledger(wh.ledger_id, b"pw", recovery=False)
+        poll = asyncio.ensure_future(rh.read_lac_long_poll(-1, 5.0))
+        await asyncio.sleep(0.3)
+        assert not poll.done()
+        refused = [
+            r for r in relay.long_polls() if relay.responses[r.header.txnId].status == ENOLEDGER
+        ]
+        assert 2 <= len(refused) <= 20  # asked again, backing off (1 ms doubling to 50 ms)
+        await wh.append(b"a")
+        await wh.append(b"b")  # carries the LAC of entry 0
+        assert await asyncio.wait_for(poll, 5) >= 0
         await wh.close()

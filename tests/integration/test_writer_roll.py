@@ -211,3 +211,41 @@ async def test_a_tailing_reader_lists_only_the_segments_ahead_of_it(open_namespa
     assert len(reads) <= 8 * rolls < kept * rolls, (rolls, len(reads), reads)
     await reader.close()
     await writer.close()
+
+
+async def test_a_rolling_writer_publishes_the_last_entries_before_closing_the_ledger(
+    open_namespace: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old segment's last entries are acknowledged while it rolls, and
+    no later entry of its ledger carries their LAC: the writer sends it
+    before closing the ledger, so tailing readers get them without waiting
+    for the close (here held back on purpose) and the completion."""
+    from dlog.ledger.appender import LedgerAppender
+
+    ns: Namespace = await open_namespace(**ROLLING)
+    lm = await ns.open_log("roll-lac")
+    writer = await lm.open_writer()
+    release = asyncio.Event()
+    real_close = LedgerAppender.close
+
+    async def close(self: LedgerAppender, context: Any) -> None:
+        await release.wait()
+        await real_close(self, context)
+
+    monkeypatch.setattr(LedgerAppender, "close", close)
+    reader = await lm.open_reader()
+    futures = [writer.write_nowait(LogRecord(i, payload(i))) for i in range(40)]
+    done, _ = await asyncio.wait(futures, timeout=3)  # the first segment's: acknowledged
+    first = sorted(f.result() for f in done)
+    assert first and {d.log_segment_sequence_no for d in first} == {1} and len(first) < 40
+    try:
+        for dlsn in first:
+            record = await reader.read_next(timeout=3)
+            assert record is not None and record.dlsn == dlsn
+    finally:
+        release.set()
+    for i in range(len(first), 40):
+        record = await reader.read_next(timeout=10)
+        assert record is not None and record.txid == i
+    await reader.close()
+    await writer.close()
