@@ -48,17 +48,20 @@ $(LINKS)/.linked: $(STAMP)
 	@echo $(abspath $(LINKS)) > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/dlog-packages.pth"
 	@touch $@
 
-# The C codec (dlog/_record_codec.c, optional: dlog.record has the same loops
-# in Python). The editable install builds it in place; it is rebuilt here
-# whenever its source changes. Without a compiler the build only warns.
-CODEC := dlog/_record_codec$(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+# The C extensions (dlog/_record_codec.c, dlog/protocol/_add_codec.c; optional:
+# dlog has the same code in Python, see dlog.extensions). The editable install
+# builds them in place; they are rebuilt here whenever a source changes.
+# Without a compiler the build only warns.
+EXT_SUFFIX := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+EXT_SOURCES := dlog/_record_codec.c dlog/protocol/_add_codec.c
+EXTENSIONS := $(EXT_SOURCES:.c=$(EXT_SUFFIX))
 
-$(CODEC): dlog/_record_codec.c | $(STAMP)
+$(EXTENSIONS): $(EXT_SOURCES) | $(STAMP)
 	$(PY) setup.py -q build_ext --inplace
 
 # Bytecode for dlog's own modules, even where PYTHONDONTWRITEBYTECODE is set:
 # every Spark Python worker and planner would otherwise compile them afresh.
-install: system-deps $(STAMP) $(LINKS)/.linked $(CODEC)
+install: system-deps $(STAMP) $(LINKS)/.linked $(EXTENSIONS)
 	@$(PY) -m compileall -q dlog subscriptions >/dev/null
 
 demo: install

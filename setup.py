@@ -1,11 +1,15 @@
-"""The optional C extension; everything else is in pyproject.toml.
+"""The optional C extensions; everything else is in pyproject.toml.
 
-dlog._record_codec runs dlog.record's per-record loops in C. It is optional:
-where it cannot be built (no compiler or no Python headers), the install
-goes on and dlog.record runs the same loops in Python.
+dlog._record_codec runs dlog.record's per-record loops in C, and
+dlog.protocol._add_codec encodes and decodes BookKeeper's add request and
+response. They are optional: where they cannot be built (no compiler or no
+Python headers), the install goes on and dlog runs the same code in Python
+(see dlog.extensions).
 """
 
 from setuptools import Extension, setup
+
+FLAGS = ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 
 setup(
     ext_modules=[
@@ -13,7 +17,13 @@ setup(
             "dlog._record_codec",
             sources=["dlog/_record_codec.c"],
             optional=True,
-            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
-        )
+            extra_compile_args=FLAGS,
+        ),
+        Extension(
+            "dlog.protocol._add_codec",
+            sources=["dlog/protocol/_add_codec.c"],
+            optional=True,
+            extra_compile_args=FLAGS,
+        ),
     ]
 )

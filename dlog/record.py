@@ -52,7 +52,6 @@ at 1, and control records repeat the position of the last user record.
 from __future__ import annotations
 
 import enum
-import os
 import struct
 from collections.abc import Iterable, Sequence
 from operator import index
@@ -62,6 +61,7 @@ import lz4.block
 
 from dlog.dlsn import DLSN
 from dlog.errors import InvalidRecordError, RecordTooLargeError
+from dlog.extensions import extension
 
 __all__ = [
     "ENTRY_HEADER_SIZE",
@@ -928,12 +928,7 @@ def _decode_records(
 
 # The per-record loops of append_many and decode_entry in C, when the
 # optional extension was built (dlog/_record_codec.c); the Python above is
-# complete without it. DLOG_PURE_PYTHON=1 leaves it unused.
-_codec: Any = None
-if not os.environ.get("DLOG_PURE_PYTHON"):
-    try:
-        import dlog._record_codec as _codec
-    except ImportError:
-        _codec = None
-    else:
-        _codec.configure(LogRecord, LogRecordWithDLSN, DLSN)
+# complete without it (see dlog.extensions).
+_codec: Any = extension("dlog._record_codec")
+if _codec is not None:
+    _codec.configure(LogRecord, LogRecordWithDLSN, DLSN)

@@ -10,6 +10,7 @@ import dataclasses
 import re
 from typing import cast
 
+from dlog.extensions import extension
 from dlog.protocol import bookkeeper_pb2 as pb
 
 VERSION_THREE = pb.VERSION_THREE
@@ -517,3 +518,21 @@ def decode_add_request(data: bytes | memoryview) -> AddFrame | None:
     else:
         return None
     return AddFrame(txn_id, ledger_id, entry_id, key, bytes(data[p:body_end]), recovery)
+
+
+# ---------------------------------------------------------------------------
+# The same three in C, when the optional extension was built
+# (dlog/protocol/_add_codec.c, byte for byte the same; see dlog.extensions).
+# The Python ones stay importable under these names.
+# ---------------------------------------------------------------------------
+
+py_encode_add_request = encode_add_request
+py_encode_add_response = encode_add_response
+py_decode_add_request = decode_add_request
+
+_add_codec = extension("dlog.protocol._add_codec")
+if _add_codec is not None:
+    _add_codec.configure(AddFrame)
+    encode_add_request = _add_codec.encode_add_request
+    encode_add_response = _add_codec.encode_add_response
+    decode_add_request = _add_codec.decode_add_request

@@ -82,6 +82,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dlog.dlsn",
             "dlog.record",
             "dlog._record_codec",  # dlog.record's loops in C (its stub: imports nothing)
+            "dlog.extensions",
             "dlog.segment",
             "dlog.uri",
             "dlog.protocol",

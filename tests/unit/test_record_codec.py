@@ -1,4 +1,6 @@
-"""The C codec (dlog/_record_codec.c) against dlog.record's Python loops.
+"""The C codec (dlog/_record_codec.c) against dlog.record's Python loops,
+and what every C extension shares (dlog.extensions): dlog works without
+them, and an install without a compiler goes on without them.
 
 The extension does the per-record loops of ``RecordSetWriter.append_many``
 and ``decode_entry`` for plain, well-formed records, and hands everything
@@ -291,10 +293,14 @@ WITHOUT = """
 import sys
 {block}
 import dlog.record as r
-assert r._codec is None, r._codec
+import dlog.protocol.messages as m
+assert r._codec is None and m._add_codec is None, (r._codec, m._add_codec)
 w = r.RecordSetWriter()
 assert w.append_many([r.LogRecord(i, b"x") for i in range(5)], 0, 1 << 20) == 5
 assert [x.txid for x in r.decode_entry(w.build(), 1, 0)] == [0, 1, 2, 3, 4]
+assert m.decode_add_request is m.py_decode_add_request
+frame = m.decode_add_request(m.encode_add_request(7, 1, 2, b"k", b"body"))
+assert (frame.txn_id, frame.ledger_id, frame.body) == (7, 1, b"body")
 print("ok")
 """
 
@@ -302,7 +308,11 @@ print("ok")
 @pytest.mark.parametrize(
     "block, env",
     [
-        ("sys.modules['dlog._record_codec'] = None  # not built", {}),
+        (
+            "sys.modules['dlog._record_codec'] = None  # not built\n"
+            "sys.modules['dlog.protocol._add_codec'] = None",
+            {},
+        ),
         ("", {"DLOG_PURE_PYTHON": "1"}),
     ],
     ids=["not built", "DLOG_PURE_PYTHON"],
@@ -326,8 +336,13 @@ def test_the_install_goes_on_when_the_extension_cannot_be_built(tmp_path: Path) 
     for package in ("dlog", "subscriptions"):
         (tmp_path / package).mkdir()
         (tmp_path / package / "__init__.py").write_text("")
-    shutil.copy(ROOT / "dlog" / "_record_codec.c", tmp_path / "dlog")
-    built = tmp_path / "dlog" / f"_record_codec{sysconfig.get_config_var('EXT_SUFFIX')}"
+    (tmp_path / "dlog" / "protocol").mkdir()
+    (tmp_path / "dlog" / "protocol" / "__init__.py").write_text("")
+    sources = [Path("dlog/_record_codec.c"), Path("dlog/protocol/_add_codec.c")]
+    for source in sources:
+        shutil.copy(ROOT / source, tmp_path / source)
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    built = [tmp_path / source.with_suffix(suffix) for source in sources]
 
     def build(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -341,7 +356,7 @@ def test_the_install_goes_on_when_the_extension_cannot_be_built(tmp_path: Path) 
 
     broken = build({"CC": "false", "LDSHARED": "false"})
     assert broken.returncode == 0, broken.stderr
-    assert not built.exists()
+    assert not any(path.exists() for path in built)
     done = build({})
     assert done.returncode == 0, done.stderr
-    assert built.exists()
+    assert all(path.exists() for path in built)
