@@ -12,6 +12,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
@@ -26,6 +27,10 @@ from dlog.protocol import messages as m
 from dlog.protocol.bookkeeper_pb2 import Request, Response
 from dlog.protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, FrameTooLargeError
 from dlog.singleflight import SingleFlight
+
+_Pending = tuple["asyncio.Future[Any]", "asyncio.TimerHandle | None", bool]
+#: What the pending table gives for a txn it does not hold.
+_NONE: tuple[None, None, bool] = (None, None, False)
 
 log = logging.getLogger(__name__)
 
@@ -60,24 +65,36 @@ class _Connection(asyncio.Protocol):
             return
         pending = self.client._pending
         for payload in frames:
-            try:
-                # protobuf parses any buffer; its stubs say bytes (a copy we avoid).
-                resp = Response.FromString(payload)  # type: ignore[arg-type]
-            except DecodeError as e:
-                self.client._fail_all(
-                    ProtocolError(f"bookie {self.client.address} sent an undecodable frame: {e}")
-                )
-                if self.transport is not None:
-                    self.transport.abort()
-                return
-            entry = pending.pop(resp.header.txnId, None)
+            # An add's answer to add_entry skips protobuf (see
+            # decode_add_response); anything else is protobuf's.
+            added = m.decode_add_response(payload)
+            result: Response | m.AddResult
+            if added is not None and pending.get(added.txn_id, _NONE)[2]:
+                txn, result = added.txn_id, added
+            else:
+                try:
+                    # protobuf parses any buffer; its stubs say bytes (a copy we avoid).
+                    resp = Response.FromString(payload)  # type: ignore[arg-type]
+                except DecodeError as e:
+                    self.client._fail_all(
+                        ProtocolError(
+                            f"bookie {self.client.address} sent an undecodable frame: {e}"
+                        )
+                    )
+                    if self.transport is not None:
+                        self.transport.abort()
+                    return
+                txn, result = resp.header.txnId, resp
+                if pending.get(txn, _NONE)[2]:
+                    result = m.add_result(resp)
+            entry = pending.pop(txn, None)
             if entry is None:
                 continue  # timed out earlier
-            fut, timer = entry
+            fut, timer, _ = entry
             if timer is not None:
                 timer.cancel()
             if not fut.done():
-                fut.set_result(resp)
+                fut.set_result(result)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.client._connection_lost(exc)
@@ -100,7 +117,8 @@ class BookieClient:
         self.connect_timeout = connect_timeout
         self._on_close = on_close
         self._txn = itertools.count(1)
-        self._pending: dict[int, tuple[asyncio.Future[Response], asyncio.TimerHandle | None]] = {}
+        #: txn -> (future, timeout timer, whether it is add_entry's: it takes an AddResult)
+        self._pending: dict[int, _Pending] = {}
         self._proto: _Connection | None = None
         self._out: list[bytes] = []
         self._flush_handle: asyncio.Handle | None = None
@@ -149,7 +167,7 @@ class BookieClient:
 
     def _fail_all(self, error: Exception) -> None:
         pending, self._pending = self._pending, {}
-        for fut, timer in pending.values():
+        for fut, timer, _ in pending.values():
             if timer is not None:
                 timer.cancel()
             if not fut.done():
@@ -181,20 +199,23 @@ class BookieClient:
         writes this one (and any queued before it) at once."""
         txn = next(self._txn)
         req.header.txnId = txn
-        return self._send_encoded(txn, req.SerializeToString(), timeout, now)
+        fut: asyncio.Future[Response] = self._send_encoded(
+            txn, req.SerializeToString(), timeout, now
+        )
+        return fut
 
     def _send_encoded(
-        self, txn: int, data: bytes, timeout: float | None, now: bool = False
-    ) -> asyncio.Future[Response]:
+        self, txn: int, data: bytes, timeout: float | None, now: bool = False, add: bool = False
+    ) -> asyncio.Future[Any]:
         loop = self._loop or asyncio.get_running_loop()
-        fut: asyncio.Future[Response] = loop.create_future()
+        fut: asyncio.Future[Any] = loop.create_future()
         if not self.connected:
             fut.set_exception(
                 BookieHandleNotAvailableError(f"not connected to bookie {self.address}")
             )
             return fut
         timer = loop.call_later(timeout, self._expire, txn) if timeout else None
-        self._pending[txn] = (fut, timer)
+        self._pending[txn] = (fut, timer, add)
         self._out.append(len(data).to_bytes(4, "big"))
         self._out.append(data)
         if now:
@@ -227,11 +248,12 @@ class BookieClient:
         *,
         recovery: bool = False,
         timeout: float | None = None,
-    ) -> asyncio.Future[Response]:
+    ) -> asyncio.Future[m.AddResult]:
+        """Send an add; the future gets its answer as an AddResult."""
         txn = next(self._txn)
-        return self._send_encoded(
-            txn, m.encode_add_request(txn, ledger_id, entry_id, master_key, body, recovery), timeout
-        )
+        data = m.encode_add_request(txn, ledger_id, entry_id, master_key, body, recovery)
+        fut: asyncio.Future[m.AddResult] = self._send_encoded(txn, data, timeout, add=True)
+        return fut
 
     async def read_entry(
         self,

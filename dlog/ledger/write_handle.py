@@ -70,7 +70,7 @@ from dlog.tasks import BackgroundTasks
 
 if TYPE_CHECKING:
     from dlog.ledger.context import LedgerContext
-    from dlog.protocol.bookkeeper_pb2 import Response
+    from dlog.protocol.messages import AddResult
 
 log = logging.getLogger(__name__)
 
@@ -273,7 +273,7 @@ class WriteHandle:
         self._dispatch(conn, op, idx, gen, bookie)
 
     def _on_response(
-        self, op: PendingAdd, idx: int, gen: int, bookie: str, fut: asyncio.Future[Response]
+        self, op: PendingAdd, idx: int, gen: int, bookie: str, fut: asyncio.Future[AddResult]
     ) -> None:
         if self._gen[idx] != gen or self._error is not None or self._closed:
             if not fut.cancelled():

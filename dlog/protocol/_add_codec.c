@@ -319,7 +319,68 @@ encode_add_response(PyObject *self, PyObject *args)
     return out;
 }
 
+/*
+ * decode_add_response(data) -> (txn, status, add status, ledger_id, entry_id) | None
+ *
+ * An add response in the shape protobuf serializers write it: header
+ * {08 03 10 02 18 txn [20 priority]}, 10 status, aa 06 len {08 status
+ * 10 lid 18 eid}, nothing else. None for anything else (protobuf's to
+ * parse). The caller checks that both statuses are codes protobuf knows:
+ * an unknown enum value is not a status to protobuf.
+ */
+static PyObject *
+decode_add_response(PyObject *self, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const uint8_t *p = view.buf;
+    const Py_ssize_t n = view.len;
+    Py_ssize_t pos;
+    uint64_t header_len, txn, priority, status, sub_len, status2, lid, eid;
+    int big, big_txn, big_status, big_status2, big_lid, big_eid;
+
+    if (n < 8 || p[0] != 0x0a || p[1] >= 0x80 || p[2] != 0x08 || p[3] != VERSION_THREE ||
+        p[4] != 0x10 || p[5] != ADD_ENTRY || p[6] != 0x18)
+        goto decline;
+    header_len = p[1];
+    pos = 7;
+    if (!read_varint(p, n, &pos, 10, &txn, &big_txn))
+        goto decline;
+    if (pos < n && p[pos] == 0x20) {
+        pos++;
+        if (!read_varint(p, n, &pos, 10, &priority, &big))
+            goto decline;
+    }
+    if ((uint64_t)pos != 2 + header_len) /* the header ends where status starts */
+        goto decline;
+    if (pos >= n || p[pos++] != 0x10 || !read_varint(p, n, &pos, 10, &status, &big_status))
+        goto decline;
+    if (pos + 2 > n || p[pos] != 0xaa || p[pos + 1] != 0x06)
+        goto decline;
+    pos += 2;
+    if (!read_varint(p, n, &pos, 10, &sub_len, &big) || big || sub_len != (uint64_t)(n - pos))
+        goto decline;
+    if (pos >= n || p[pos++] != 0x08 || !read_varint(p, n, &pos, 10, &status2, &big_status2))
+        goto decline;
+    if (pos >= n || p[pos++] != 0x10 || !read_varint(p, n, &pos, 10, &lid, &big_lid))
+        goto decline;
+    if (pos >= n || p[pos++] != 0x18 || !read_varint(p, n, &pos, 10, &eid, &big_eid))
+        goto decline;
+    if (pos != n || big_txn || big_status || big_status2 || big_lid || big_eid)
+        goto decline;
+    PyBuffer_Release(&view);
+    /* enums and int64s travel as their two's complement */
+    return Py_BuildValue("KLLLL", (unsigned long long)txn, (long long)status,
+                         (long long)status2, (long long)lid, (long long)eid);
+decline:
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"decode_add_response", decode_add_response, METH_O,
+     "decode_add_response(data) -> (txn, status, add status, ledger_id, entry_id) | None"},
     {"configure", configure, METH_VARARGS, "configure(AddFrame): the class to build."},
     {"decode_add_request", decode_add_request, METH_O,
      "decode_add_request(data) -> AddFrame | None (None: let protobuf parse it)"},

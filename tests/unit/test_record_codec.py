@@ -301,6 +301,7 @@ assert [x.txid for x in r.decode_entry(w.build(), 1, 0)] == [0, 1, 2, 3, 4]
 assert m.decode_add_request is m.py_decode_add_request
 frame = m.decode_add_request(m.encode_add_request(7, 1, 2, b"k", b"body"))
 assert (frame.txn_id, frame.ledger_id, frame.body) == (7, 1, b"body")
+assert m.decode_add_response(m.encode_add_response(7, 0, 1, 2)) is None  # protobuf's then
 print("ok")
 """
 
