@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlog.errors import EIO, EOK, STATUS_NAMES
+from dlog.errors import STATUS_NAMES
 from dlog.protocol import messages as m
 
 _NAMES = ("encode_add_request", "encode_add_response", "decode_add_request")
@@ -205,47 +205,6 @@ def test_adds_with_more_than_the_canonical_fields_go_to_protobuf(data: bytes, ex
     assert _protobuf_add(out) is not None
 
 
-def _both(data: bytes | memoryview) -> tuple[object, object]:
-    def fields(f: m.AddFrame | None) -> object:
-        return None if f is None else dataclasses.astuple(f)
-
-    return fields(_C["decode_add_request"](data)), fields(m.py_decode_add_request(data))
-
-
-@settings(max_examples=1500)
-@given(
-    canonical_adds | st.binary(max_size=60),
-    st.lists(
-        st.tuples(st.integers(0, 4), st.integers(0, 2**16), st.integers(0, 255)),
-        max_size=3,
-    ),
-)
-def test_the_c_and_python_decoders_accept_the_same_adds(
-    data: bytes, mutations: list[tuple[int, int, int]]
-) -> None:
-    for how, at, value in mutations:
-        data = _mutate(data, how, at, value)
-    c, py = _both(data)
-    assert c == py
-    assert _both(memoryview(bytearray(data))) == (c, py)
-
-
-@pytest.mark.parametrize(
-    "varint",
-    [b"\xff" * 9 + b"\x01", b"\xff" * 9 + b"\x02", b"\x80" * 9 + b"\x7f", b"\xff" * 10 + b"\x01"],
-    ids=["2**64 - 1", "2**64 + ...", "over 64 bits", "11 bytes"],
-)
-def test_ten_byte_varints_are_judged_alike(varint: bytes) -> None:
-    """A txn id of 2**64 - 1 is a uint64; more is protobuf's to judge."""
-    body = m.py_encode_add_request(1, 2, 3, b"k", b"b")
-    header = b"\x08\x03\x10\x02\x18" + varint
-    sub = body[body.index(b"\xaa\x06") + 3 :]
-    data = b"\x0a" + bytes([len(header)]) + header + b"\xaa\x06" + bytes([len(sub)]) + sub
-    c, py = _both(data)
-    assert c == py
-    assert (c is not None) == (varint == b"\xff" * 9 + b"\x01")
-
-
 def test_other_requests_are_not_adds() -> None:
     for req in (
         m.read_request(1, 2, 3),
@@ -254,69 +213,3 @@ def test_other_requests_are_not_adds() -> None:
         m.write_close_request(1, 2, b"k" * 20),
     ):
         assert m.decode_add_request(req.SerializeToString()) is None
-
-
-# -- the add response, as the ledger client reads it ------------------------------
-
-
-def _protobuf_result(data: bytes) -> m.AddResult | None:
-    try:
-        resp = m.Response.FromString(data)
-    except Exception:
-        return None
-    return m.add_result(resp)
-
-
-responses = st.builds(
-    lambda txn, status, lid, eid, priority: (
-        m.py_encode_add_response(txn, status, lid, eid)
-        if priority is None
-        else _with_priority(m.add_response(txn, status, lid, eid), priority)
-    ),
-    txns,
-    statuses,
-    ids,
-    ids,
-    st.one_of(st.none(), st.integers(0, 2**32 - 1)),
-)
-
-
-def _with_priority(resp: m.Response, priority: int) -> bytes:
-    resp.header.priority = priority
-    return resp.SerializeToString()
-
-
-@settings(max_examples=400)
-@given(responses)
-def test_add_responses_as_bookies_write_them_are_decoded_without_protobuf(data: bytes) -> None:
-    expected = _protobuf_result(data)
-    assert m.decode_add_response(data) == expected is not None
-    assert m.decode_add_response(memoryview(bytearray(data))) == expected
-
-
-@settings(max_examples=1500)
-@given(
-    responses | st.binary(max_size=40),
-    st.lists(
-        st.tuples(st.integers(0, 4), st.integers(0, 2**16), st.integers(0, 255)),
-        max_size=3,
-    ),
-)
-def test_a_mutated_add_response_is_declined_or_read_as_protobuf_reads_it(
-    data: bytes, mutations: list[tuple[int, int, int]]
-) -> None:
-    for how, at, value in mutations:
-        data = _mutate(data, how, at, value)
-    fast = m.decode_add_response(data)
-    if fast is not None:
-        assert fast == _protobuf_result(data)
-
-
-def test_an_unknown_status_is_never_read_as_success() -> None:
-    """protobuf leaves an enum field unset for a code it does not know, and
-    reading it gives EOK: a bookie answering a code newer than this client
-    must not have its add counted as written."""
-    data = m.py_encode_add_response(5, 9999, 7, 9)
-    assert m.decode_add_response(data) is None
-    assert m.Response.FromString(data).status == EOK  # what protobuf reads
-    assert m.add_result(m.Response.FromString(data)).status == EIO
