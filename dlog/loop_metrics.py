@@ -91,24 +91,41 @@ class LoopHistogram:
 
 
 class LoopMetrics(Collector):
-    """A set of loop-local metrics registered as one collector."""
+    """A set of loop-local metrics registered as one collector.
+
+    It describes its metrics, so the registry knows their names: a scrape
+    restricted to some (``/metrics?name[]=...``, as a benchmark polling one
+    histogram twice a second makes) collects this collector, not every one
+    (a whole bookie's exposition takes 2-3 ms of the interpreter lock), and
+    finds these metrics in it rather than nothing."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self._metrics: list[LoopCounter | LoopHistogram] = []
+        self._registry = registry
         if registry is not None:
             registry.register(self)
 
+    def _add(self, metric: LoopCounter | LoopHistogram) -> None:
+        self._metrics.append(metric)
+        if self._registry is not None:
+            # The registry reads the names once, when a collector registers.
+            self._registry.unregister(self)
+            self._registry.register(self)
+
     def counter(self, name: str, documentation: str, labelnames: Sequence[str] = ()) -> LoopCounter:
         c = LoopCounter(name, documentation, labelnames)
-        self._metrics.append(c)
+        self._add(c)
         return c
 
     def histogram(
         self, name: str, documentation: str, buckets: Sequence[float] = LATENCY_BUCKETS
     ) -> LoopHistogram:
         h = LoopHistogram(name, documentation, buckets)
-        self._metrics.append(h)
+        self._add(h)
         return h
+
+    def describe(self) -> Iterable[CounterMetricFamily | HistogramMetricFamily]:
+        return self.collect()
 
     def collect(self) -> Iterable[CounterMetricFamily | HistogramMetricFamily]:
         for m in self._metrics:
