@@ -3,14 +3,15 @@
 One storage directory on the bench disk, a write cache holding N 1 KiB
 entries of a few ledgers, then one paced flush (``dbStorage_flushMaxCpuPercent``
 at its default) while a ticker on the event loop sleeps 0.5 ms at a time and
-records how late it wakes. Twice, alternating: with the turns the loop lends
-the flush (dlog.bookie.pacer, the default) and, as the baseline in the same
-run, with the flush pacing itself by sleeping between slices. A late tick is
-what every request the loop serves meanwhile waits, on top of its own work.
+records how late it wakes. Twice, alternating: with the flush pacing itself
+by sleeping between slices (the default) and, as the alternative in the
+same run, with the turns the loop lends the flush (dlog.bookie.pacer,
+``dbStorage_flushLendTurns=true``). A late tick is what every request the
+loop serves meanwhile waits, on top of its own work.
 
 Prints JSON: for each mode, the flush's duration and the loop's lateness
 percentiles (ms), the ticks over 2 ms, and the turns granted and overrun;
-then the p99 ratio of the baseline to turns.
+then the p99 ratio of sleeping (the default) to turns.
 """
 
 from __future__ import annotations
@@ -38,12 +39,15 @@ async def one_flush(base: Path, entries: int, ledgers: int, turns: bool) -> dict
     d = base / "ledgers" / "current"
     d.mkdir(parents=True)
     conf = BookieConfig.from_mapping(
-        {"journalDirectories": str(base / "journal"), "ledgerDirectories": str(base / "ledgers")}
+        {
+            "journalDirectories": str(base / "journal"),
+            "ledgerDirectories": str(base / "ledgers"),
+            "dbStorage_flushLendTurns": turns,
+        }
     )
     sd = SingleDirectoryDbLedgerStorage(
         d, conf, write_cache_bytes=4 << 30, read_cache_bytes=conf.read_cache_bytes
     )
-    sd.pacer.lend_turns = turns
     payload = bytes(1024)
     for i in range(entries):
         if not sd.try_add(1 + i % ledgers, i // ledgers, bytes(payload)):

@@ -186,7 +186,11 @@ class SingleDirectoryDbLedgerStorage:
         self.on_flush: Callable[[float], None] | None = None
         #: False from shutdown on: the last flush runs flat out.
         self.pacing = True
-        self.pacer = FlushPacer(conf.db_storage_flush_max_cpu_percent, urgent=self._flush_urgent)
+        self.pacer = FlushPacer(
+            conf.db_storage_flush_max_cpu_percent,
+            urgent=self._flush_urgent,
+            lend_turns=conf.db_storage_flush_lend_turns,
+        )
 
     def _open_indexes(self, *, read_only: bool) -> tuple[LedgerIndex, EntryLocationIndex]:
         ledger_index = LedgerIndex(self.directory / "ledgers", read_only=read_only)

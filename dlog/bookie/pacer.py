@@ -2,28 +2,34 @@
 the event loop's capacity nor adds milliseconds to every add while it runs.
 
 The flush thread and the event loop share one interpreter lock. A flush
-does a few microseconds of Python per entry (sorting, locations, index
-keys); run flat out, a checkpoint's hundreds of thousands of entries take
+takes about 1.5 us of CPU per entry, much of it holding the lock (framing,
+locations, index keys and RocksDB's writes); run flat out, a checkpoint's hundreds of thousands of entries take
 about half of the lock for a second or more, and a loop that was half busy
 serving adds then falls behind: every add in that second waits. Paced, the
 flush's share of the lock stays under ``dbStorage_flushMaxCpuPercent``, so
 the same work is spread over a few seconds of a checkpoint interval.
 
-A share alone does not keep the loop on time. While a thread runs Python,
-each time the loop wakes up (a request arrived, the journal synced) it
-waits for the lock: a switch interval, 1 ms, often more. So when an event
-loop is there to lend it (:class:`LoopTurns`), the flush runs each slice
-in a *turn*: the loop stops for at most :data:`TURN` and waits, without
-the lock, while the slice runs; between turns the flush waits without the
-lock. The loop then does not wait for the lock on a switch interval
-because of the flush (p99 lateness during a flush 1.6-1.7 ms instead of
-2.5-2.7 ms, ``bench/flush_loop_lag.py``); its pause is one turn, bounded, at a
-pace that keeps the flush's share. (A journal thread still contended for
-the lock: at half load, a bookie's add p99 in seconds with a checkpoint
-did not measurably improve, until the journal's writes moved to a process
-of their own, :mod:`dlog.bookie.journal_writer`.) Without a lender (a
-flush outside the loop),
-the flush sleeps after each slice in proportion to the CPU it used.
+By default the flush sleeps after each slice in proportion to the CPU it
+used. While it runs Python, the loop waiting for the lock waits up to a
+switch interval (1 ms, set by dlog.bookie.main); a slice is short (a
+thousand entries framed, a 512-location index write).
+
+Measured and changed: the loop lending the flush the lock in *turns*
+(:class:`LoopTurns`, ``dbStorage_flushLendTurns``): the loop stops for at
+most :data:`TURN` and waits, without the lock, while a slice runs; between
+turns the flush waits without the lock. When a slice took several
+microseconds of Python per entry, that kept the loop from waiting on
+switch intervals (lateness p99 during a flush 1.6-1.7 ms against 2.5-2.7
+ms sleeping). Once the flush's Python per entry fell (about 1.5 us of CPU
+per 1 KiB entry now, most of it RocksDB's and the kernel's), the turns cost
+more than they saved: ``bench/flush_loop_lag.py``, four runs each of turns
+and sleeping, alternating, lateness p99 1.83-1.93 against 1.33-1.64 ms.
+``bench/bookie_add.py``, 5 alternating pairs at half load, add p99 with
+turns / sleeping: one disk 11.0/10.7, 13.8/10.7, 9.1/8.6, 16.8/10.5,
+13.1/8.1 ms (p999 17.1/18.1, 21.0/17.7, 15.4/14.8, 28.3/15.2,
+30.4/12.1 ms); ledgers on tmpfs 10.3/13.1, 9.1/8.1, 24.1/8.2, 11.2/11.8,
+11.9/7.8 ms. A slept flush lasts longer (40-50% of adds sent during one
+against 30-40%), and its adds still did better.
 
 Pacing yields to urgency: it stops while the active half of the write
 cache is over half full (adds would soon have to wait for this flush), and
@@ -198,6 +204,7 @@ class FlushPacer:
         cpu_clock: Callable[[], float] = time.thread_time,
         sleep: Callable[[float], None] = time.sleep,
         turn: float = TURN,
+        lend_turns: bool = False,
     ) -> None:
         if not 1 <= max_cpu_percent <= 100:
             raise ValueError(f"max_cpu_percent must be 1..100, not {max_cpu_percent}")
@@ -210,10 +217,9 @@ class FlushPacer:
         self.slept = 0.0
         #: What an event loop lends (``turns.lend(loop)`` beside a flush).
         self.turns = LoopTurns(max_cpu_percent, turn=turn)
-        #: Whether the loop lends turns during a flush (paced flushes only;
-        #: False makes them pace themselves by sleeping, for benchmarks
-        #: comparing the two).
-        self.lend_turns = self.paced
+        #: Whether the loop lends turns during a flush
+        #: (``dbStorage_flushLendTurns``; paced flushes only).
+        self.lend_turns = lend_turns and self.paced
 
     @property
     def paced(self) -> bool:

@@ -409,15 +409,24 @@ class BookieConfig(Config):
         25,
         "dlog: the largest share of the event loop's time a background write-cache "
         "flush may take. It shares Python's interpreter lock with the event loop "
-        "serving requests: the loop lends it the lock in turns of 0.5 ms, spaced so "
-        "that they take at most this share, and waits for each turn to end, so it "
-        "does not wait for the lock on a switch interval, and a checkpoint's flush is "
-        "spread out instead of halving the loop's capacity while it runs. Not applied "
-        "while the active half of the write cache is over half full, or at shutdown. "
-        "100 turns pacing off.",
+        "serving requests: it sleeps after each slice of its work (or waits for the "
+        "loop's next turn, dbStorage_flushLendTurns) so that it takes at most this "
+        "share, and a checkpoint's flush is spread out instead of halving the loop's "
+        "capacity while it runs. Not applied while the active half of the write "
+        "cache is over half full, or at shutdown. 100 turns pacing off.",
         min=1,
         max=100,
         unit="%",
+    )
+    db_storage_flush_lend_turns: bool = setting(
+        "dbStorage_flushLendTurns",
+        False,
+        "dlog: a paced flush runs its slices in turns the event loop lends it: the "
+        "loop stops for at most 0.5 ms and waits, without the interpreter lock, "
+        "while a slice runs, instead of the flush sleeping between slices and the "
+        "loop waiting for the lock on switch intervals. Worth it only while a "
+        "slice is long in Python: with today's flush, turns gave a worse add p99 "
+        "at half load (see dlog.bookie.pacer).",
     )
     db_storage_flush_thread_nice: int = setting(
         "dbStorage_flushThreadNice",
@@ -425,7 +434,7 @@ class BookieConfig(Config):
         "dlog: how much lower the CPU priority (Linux nice value, added to the "
         "process's, at most 19) of the storage thread that flushes the write cache "
         "is. A checkpoint's flush copies hundreds of MB into entry logs in the "
-        "kernel, outside the turns the event loop lends it; at a lower priority "
+        "kernel, without the interpreter lock; at a lower priority "
         "the kernel gives a core to the event loop and the journal's writer first "
         "when they wake, as RocksDB lowers its compaction threads'. The flush still "
         "gets every core they leave idle (and adds waiting for it leave the loop "

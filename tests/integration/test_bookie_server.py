@@ -445,6 +445,22 @@ async def test_journal_stages_checkpoints_and_flushes_are_measured(make_bookie) 
     await bookie.core.checkpointer.checkpoint()
     assert m.checkpoint_latency.count == checkpoints + 1
     assert m.flush_latency.count == flushes + 1
-    # the flush was paced: its slice waited for a turn of the loop's
+    # the flush was paced by sleeping (the default), not in the loop's turns
+    assert sum(sd.pacer.slept for sd in bookie.core.storage.dirs) > 0
+    assert sum(m.flush_turns.get((o,)) for o in ("granted", "overrun", "missed")) == 0
+    await c.close()
+
+
+async def test_a_flush_paced_in_the_loops_turns(make_bookie) -> None:
+    """dbStorage_flushLendTurns: the flush's slices wait for turns the event
+    loop lends (counted by outcome) instead of sleeping."""
+    bookie = await make_bookie(dbStorage_flushLendTurns=True)
+    m = bookie.core.metrics
+    c = await connect(bookie)
+    await asyncio.gather(
+        *(c.add_entry(4, i, KEY, entry(4, i, payload=b"s" * 100)) for i in range(50))
+    )
+    await bookie.core.checkpointer.checkpoint()
     assert m.flush_turns.get(("granted",)) + m.flush_turns.get(("missed",)) >= 1
+    assert sum(sd.pacer.slept for sd in bookie.core.storage.dirs) == 0
     await c.close()

@@ -166,20 +166,27 @@ def _fill(storage: DbLedgerStorage, n: int) -> None:
         assert sd.try_add(lid, eid, struct.pack(">qqq", lid, eid, eid - 1) + payload)
 
 
-@pytest.mark.parametrize(("percent", "paced"), [(100, False), (20, True)])
-async def test_flush_is_paced_by_the_setting(tmp_path: Path, percent: int, paced: bool) -> None:
-    """The setting reaches the flush: at 100 the loop lends no turns and
-    the flush never sleeps; at a lower share, the flush's slices run in
-    turns the loop lends, with the gap the share sets; and every entry is
-    stored either way."""
-    storage = _storage(tmp_path, dbStorage_flushMaxCpuPercent=percent)
+@pytest.mark.parametrize(
+    ("percent", "lend", "how"),
+    [(100, False, "flat out"), (100, True, "flat out"), (20, False, "sleeps"), (20, True, "turns")],
+)
+async def test_flush_is_paced_by_the_settings(
+    tmp_path: Path, percent: int, lend: bool, how: str
+) -> None:
+    """The settings reach the flush: at 100 it neither sleeps nor waits for
+    turns; at a lower share it sleeps between slices, or with
+    dbStorage_flushLendTurns its slices run in turns the loop lends, with
+    the gap the share sets; and every entry is stored either way."""
+    storage = _storage(
+        tmp_path, dbStorage_flushMaxCpuPercent=percent, dbStorage_flushLendTurns=lend
+    )
     sd = storage.dirs[0]
     assert sd.pacer.max_cpu_percent == percent
     assert sd.pacer.turns.gap == pytest.approx(sd.pacer.turns.turn * (100 - percent) / percent)
     _fill(storage, 20_000)
     await storage.flush()
-    assert (sd.pacer.turns.granted > 0) is paced
-    assert sd.pacer.slept == 0
+    assert (sd.pacer.turns.granted > 0) is (how == "turns")
+    assert (sd.pacer.slept > 0) is (how == "sleeps")
     assert sd.get_entry(2, 9_999)[:16] == struct.pack(">qq", 2, 9_999)
     await storage.close()
 
