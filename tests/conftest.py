@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -25,6 +26,13 @@ from dlog.zk import ZooKeeper
 # Clients still connected when the session's ZooKeeper stops log a warning
 # per reconnect attempt; it is noise in test output.
 logging.getLogger("kazoo").setLevel(logging.ERROR)
+
+# A suite started in the background by a non-interactive shell (``make test
+# &``, nohup) inherits SIGINT ignored, and so would every process it starts:
+# tests that interrupt a CLI (Ctrl-C) would see it ignore them. Handled here,
+# SIGINT reaches children at its default, as from a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 #: Test ids of the two entry log modes.
