@@ -29,7 +29,10 @@ turns / sleeping: one disk 11.0/10.7, 13.8/10.7, 9.1/8.6, 16.8/10.5,
 13.1/8.1 ms (p999 17.1/18.1, 21.0/17.7, 15.4/14.8, 28.3/15.2,
 30.4/12.1 ms); ledgers on tmpfs 10.3/13.1, 9.1/8.1, 24.1/8.2, 11.2/11.8,
 11.9/7.8 ms. A slept flush lasts longer (40-50% of adds sent during one
-against 30-40%), and its adds still did better.
+against 30-40%), and its adds still did better. ``bench/dlog_write.py`` at
+1,000 in flight (three bookies on the two cores), 3 alternating pairs,
+end-to-end p99 sleeping / turns: 12.7/11.3, 9.7/9.2, 9.9/9.6 ms, within
+the noise, if anything for turns; the bookie's own tail decided it.
 
 Pacing yields to urgency: it stops while the active half of the write
 cache is over half full (adds would soon have to wait for this flush), and
