@@ -53,8 +53,8 @@ $(LINKS)/.linked: $(STAMP)
 # builds them in place; they are rebuilt here whenever a source changes.
 # Without a compiler the build only warns.
 EXT_SUFFIX := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
-EXT_SOURCES := dlog/_record_codec.c dlog/protocol/_add_codec.c
-EXTENSIONS := $(EXT_SOURCES:.c=$(EXT_SUFFIX))
+EXT_SOURCES := dlog/_record_codec.c dlog/protocol/_add_codec.c dlog/_slots.h
+EXTENSIONS := $(patsubst %.c,%$(EXT_SUFFIX),$(filter %.c,$(EXT_SOURCES)))
 
 $(EXTENSIONS): $(EXT_SOURCES) | $(STAMP)
 	$(PY) setup.py -q build_ext --inplace

@@ -22,6 +22,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include "_slots.h"
 #include <stdint.h>
 #include <string.h>
 
@@ -39,8 +40,6 @@ static PyTypeObject *read_type;        /* LogRecordWithDLSN */
 static PyTypeObject *dlsn_type;        /* DLSN (a tuple subclass) */
 static Py_ssize_t off_txid, off_payload, off_flags;
 static Py_ssize_t off_dlsn, off_position, off_sequence_id;
-
-#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
 static uint64_t
 get_u64(const unsigned char *p)
@@ -73,25 +72,6 @@ put_u32(unsigned char *p, uint32_t v)
     p[1] = (unsigned char)(v >> 16);
     p[2] = (unsigned char)(v >> 8);
     p[3] = (unsigned char)v;
-}
-
-/* The offset of slot ``name`` of ``type`` (a member descriptor), or -1. */
-static Py_ssize_t
-slot_offset(PyTypeObject *type, const char *name)
-{
-    PyObject *descr = PyObject_GetAttrString((PyObject *)type, name);
-    if (descr == NULL)
-        return -1;
-    Py_ssize_t off = -1;
-    if (Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
-        PyMemberDef *def = ((PyMemberDescrObject *)descr)->d_member;
-        if (def->type == T_OBJECT_EX)
-            off = def->offset;
-    }
-    Py_DECREF(descr);
-    if (off < 0)
-        PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ member", type->tp_name, name);
-    return off;
 }
 
 static PyObject *

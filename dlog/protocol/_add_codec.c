@@ -23,6 +23,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include "../_slots.h"
 #include <stdint.h>
 #include <string.h>
 
@@ -32,26 +33,6 @@
 
 static PyTypeObject *frame_type; /* AddFrame */
 static Py_ssize_t off_txn, off_lid, off_eid, off_key, off_body, off_recovery;
-
-#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
-
-static Py_ssize_t
-slot_offset(PyTypeObject *type, const char *name)
-{
-    PyObject *descr = PyObject_GetAttrString((PyObject *)type, name);
-    if (descr == NULL)
-        return -1;
-    Py_ssize_t off = -1;
-    if (Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
-        PyMemberDef *def = ((PyMemberDescrObject *)descr)->d_member;
-        if (def->type == T_OBJECT_EX)
-            off = def->offset;
-    }
-    Py_DECREF(descr);
-    if (off < 0)
-        PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ member", type->tp_name, name);
-    return off;
-}
 
 static PyObject *
 configure(PyObject *self, PyObject *args)
@@ -117,6 +98,31 @@ put_varint(uint8_t *p, uint64_t v)
     }
     *p++ = (uint8_t)v;
     return p;
+}
+
+/* ------------------------------------------------------- packet header */
+
+/* Bytes of field 1 (the BKPacketHeader of an ADD_ENTRY with ``txn``), its
+ * tag and length included. */
+static Py_ssize_t
+header_size(uint64_t txn)
+{
+    Py_ssize_t body = 5 + varint_size(txn);
+    return 1 + varint_size((uint64_t)body) + body;
+}
+
+/* Writes field 1: header { version=3, operation=ADD_ENTRY, txnId }. */
+static uint8_t *
+put_header(uint8_t *q, uint64_t txn)
+{
+    *q++ = 0x0a;
+    q = put_varint(q, (uint64_t)(5 + varint_size(txn)));
+    *q++ = 0x08;
+    *q++ = VERSION_THREE;
+    *q++ = 0x10;
+    *q++ = ADD_ENTRY;
+    *q++ = 0x18;
+    return put_varint(q, txn);
 }
 
 /* ------------------------------------------------------------ add request */
@@ -233,23 +239,13 @@ encode_add_request(PyObject *self, PyObject *args)
     int recovery = 0;
     if (!PyArg_ParseTuple(args, "KLLy*y*|p", &txn, &lid, &eid, &key, &body, &recovery))
         return NULL;
-    Py_ssize_t header_body = 5 + varint_size(txn);
     Py_ssize_t sub = 1 + varint_size((uint64_t)lid) + 1 + varint_size((uint64_t)eid) + 1 +
                      varint_size((uint64_t)key.len) + key.len + 1 +
                      varint_size((uint64_t)body.len) + body.len + (recovery ? 3 : 0);
-    Py_ssize_t total = 1 + varint_size((uint64_t)header_body) + header_body + 2 +
-                       varint_size((uint64_t)sub) + sub;
+    Py_ssize_t total = header_size(txn) + 2 + varint_size((uint64_t)sub) + sub;
     PyObject *out = PyBytes_FromStringAndSize(NULL, total);
     if (out != NULL) {
-        uint8_t *q = (uint8_t *)PyBytes_AS_STRING(out);
-        *q++ = 0x0a;
-        q = put_varint(q, (uint64_t)header_body);
-        *q++ = 0x08;
-        *q++ = VERSION_THREE;
-        *q++ = 0x10;
-        *q++ = ADD_ENTRY;
-        *q++ = 0x18;
-        q = put_varint(q, txn);
+        uint8_t *q = put_header((uint8_t *)PyBytes_AS_STRING(out), txn);
         *q++ = 0xaa;
         *q++ = 0x06;
         q = put_varint(q, (uint64_t)sub);
@@ -288,23 +284,14 @@ encode_add_response(PyObject *self, PyObject *args)
     long long status, lid, eid;
     if (!PyArg_ParseTuple(args, "KLLL", &txn, &status, &lid, &eid))
         return NULL;
-    Py_ssize_t header_body = 5 + varint_size(txn);
     Py_ssize_t sub = 1 + varint_size((uint64_t)status) + 1 + varint_size((uint64_t)lid) + 1 +
                      varint_size((uint64_t)eid);
-    Py_ssize_t total = 1 + varint_size((uint64_t)header_body) + header_body + 1 +
-                       varint_size((uint64_t)status) + 2 + varint_size((uint64_t)sub) + sub;
+    Py_ssize_t total = header_size(txn) + 1 + varint_size((uint64_t)status) + 2 +
+                       varint_size((uint64_t)sub) + sub;
     PyObject *out = PyBytes_FromStringAndSize(NULL, total);
     if (out == NULL)
         return NULL;
-    uint8_t *q = (uint8_t *)PyBytes_AS_STRING(out);
-    *q++ = 0x0a;
-    q = put_varint(q, (uint64_t)header_body);
-    *q++ = 0x08;
-    *q++ = VERSION_THREE;
-    *q++ = 0x10;
-    *q++ = ADD_ENTRY;
-    *q++ = 0x18;
-    q = put_varint(q, txn);
+    uint8_t *q = put_header((uint8_t *)PyBytes_AS_STRING(out), txn);
     *q++ = 0x10;
     q = put_varint(q, (uint64_t)status);
     *q++ = 0xaa;

@@ -340,7 +340,7 @@ def test_the_install_goes_on_when_the_extension_cannot_be_built(tmp_path: Path) 
     (tmp_path / "dlog" / "protocol").mkdir()
     (tmp_path / "dlog" / "protocol" / "__init__.py").write_text("")
     sources = [Path("dlog/_record_codec.c"), Path("dlog/protocol/_add_codec.c")]
-    for source in sources:
+    for source in [*sources, Path("dlog/_slots.h")]:
         shutil.copy(ROOT / source, tmp_path / source)
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     built = [tmp_path / source.with_suffix(suffix) for source in sources]
