@@ -292,20 +292,27 @@ async def test_malformed_frames_close_only_that_connection(make_bookie) -> None:
     await good.close()
 
 
+def count_parses(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> list[int]:
+    """Sizes of the messages protobuf parses with ``module.name``'s
+    FromString from now on (the test's monkeypatch undoes it)."""
+    parsed: list[int] = []
+    real = getattr(module, name)
+
+    class Counting:
+        @staticmethod
+        def FromString(data: bytes) -> object:
+            parsed.append(len(data))
+            return real.FromString(data)
+
+    monkeypatch.setattr(module, name, Counting)
+    return parsed
+
+
 async def test_adds_skip_protobuf_unless_they_carry_more(make_bookie, monkeypatch) -> None:
     """Adds as clients send them never reach protobuf's parser, whose arenas
     make glibc trim the whole heap every 10,000 frees, on the event loop. An
     add carrying anything more is protobuf's to parse, and is served the same."""
-    parsed: list[int] = []
-    real = server_module.Request
-
-    class CountingRequest:
-        @staticmethod
-        def FromString(data: bytes) -> m.Request:
-            parsed.append(len(data))
-            return real.FromString(data)
-
-    monkeypatch.setattr(server_module, "Request", CountingRequest)
+    parsed = count_parses(monkeypatch, server_module, "Request")
     bookie = await make_bookie()
     client = await connect(bookie)
     assert await add(client, 5, 0) == EOK
@@ -328,16 +335,7 @@ async def test_a_client_reads_add_answers_without_protobuf(make_bookie, monkeypa
     every other answer, and an add sent as a plain request, is protobuf's."""
     from dlog.ledger import bookie_client as client_module
 
-    parsed: list[int] = []
-    real = client_module.Response
-
-    class CountingResponse:
-        @staticmethod
-        def FromString(data: bytes) -> m.Response:
-            parsed.append(len(data))
-            return real.FromString(data)
-
-    monkeypatch.setattr(client_module, "Response", CountingResponse)
+    parsed = count_parses(monkeypatch, client_module, "Response")
     bookie = await make_bookie()
     client = await connect(bookie)
     results = [await client.add_entry(6, eid, KEY, entry(6, eid)) for eid in range(3)]

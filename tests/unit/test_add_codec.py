@@ -13,7 +13,16 @@ from hypothesis import strategies as st
 
 from dlog.errors import EIO, EOK
 from dlog.protocol import messages as m
-from tests.unit.test_wire_fast_path import _C, _mutate, canonical_adds, ids, statuses, txns
+from tests.unit.test_wire_fast_path import (
+    _C,
+    Mutation,
+    canonical_adds,
+    ids,
+    mutated,
+    mutation_lists,
+    statuses,
+    txns,
+)
 
 
 def _both(data: bytes | memoryview) -> tuple[object, object]:
@@ -24,18 +33,11 @@ def _both(data: bytes | memoryview) -> tuple[object, object]:
 
 
 @settings(max_examples=800)
-@given(
-    canonical_adds | st.binary(max_size=60),
-    st.lists(
-        st.tuples(st.integers(0, 4), st.integers(0, 2**16), st.integers(0, 255)),
-        max_size=3,
-    ),
-)
+@given(canonical_adds | st.binary(max_size=60), mutation_lists())
 def test_the_c_and_python_decoders_accept_the_same_adds(
-    data: bytes, mutations: list[tuple[int, int, int]]
+    data: bytes, mutations: list[Mutation]
 ) -> None:
-    for how, at, value in mutations:
-        data = _mutate(data, how, at, value)
+    data = mutated(data, mutations)
     c, py = _both(data)
     assert c == py
     assert _both(memoryview(bytearray(data))) == (c, py)
@@ -93,18 +95,11 @@ def test_add_responses_as_bookies_write_them_are_decoded_without_protobuf(data: 
 
 
 @settings(max_examples=800)
-@given(
-    responses | st.binary(max_size=40),
-    st.lists(
-        st.tuples(st.integers(0, 4), st.integers(0, 2**16), st.integers(0, 255)),
-        max_size=3,
-    ),
-)
+@given(responses | st.binary(max_size=40), mutation_lists())
 def test_a_mutated_add_response_is_declined_or_read_as_protobuf_reads_it(
-    data: bytes, mutations: list[tuple[int, int, int]]
+    data: bytes, mutations: list[Mutation]
 ) -> None:
-    for how, at, value in mutations:
-        data = _mutate(data, how, at, value)
+    data = mutated(data, mutations)
     fast = m.decode_add_response(data)
     if fast is not None:
         assert fast == _protobuf_result(data)

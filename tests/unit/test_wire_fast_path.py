@@ -168,20 +168,30 @@ def _mutate(data: bytes, how: int, at: int, value: int) -> bytes:
     return data + bytes([value]) * (at % 4 + 1)  # trailing bytes
 
 
-@settings(max_examples=1500)
-@given(
-    small_adds,
-    st.lists(
+Mutation = tuple[int, int, int]
+
+
+def mutation_lists(min_size: int = 0) -> st.SearchStrategy[list[Mutation]]:
+    """Up to three (how, where, byte) edits for :func:`mutated`."""
+    return st.lists(
         st.tuples(st.integers(0, 4), st.integers(0, 2**16), st.integers(0, 255)),
-        min_size=1,
+        min_size=min_size,
         max_size=3,
-    ),
-)
-def test_a_mutated_add_is_declined_or_read_as_protobuf_reads_it(
-    data: bytes, mutations: list[tuple[int, int, int]]
-) -> None:
+    )
+
+
+def mutated(data: bytes, mutations: list[Mutation]) -> bytes:
     for how, at, value in mutations:
         data = _mutate(data, how, at, value)
+    return data
+
+
+@settings(max_examples=1500)
+@given(small_adds, mutation_lists(min_size=1))
+def test_a_mutated_add_is_declined_or_read_as_protobuf_reads_it(
+    data: bytes, mutations: list[Mutation]
+) -> None:
+    data = mutated(data, mutations)
     fast = _fast_add(data)
     if fast is not None:
         assert fast == _protobuf_add(data)
