@@ -216,7 +216,8 @@ class Gate:
     async def wait_reached(self, timeout: float = 30.0) -> None:
         """Wait until a coroutine is parked here."""
         try:
-            await asyncio.wait_for(self._reached.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._reached.wait()
         except TimeoutError:
             raise AssertionError(f"failpoint {self.name} was not reached in {timeout}s") from None
 

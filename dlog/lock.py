@@ -103,7 +103,8 @@ class DistributedLock:
                 if await self.zk.exists(predecessor, watch=wake) is None:
                     continue
                 try:
-                    await asyncio.wait_for(gone.wait(), remaining)
+                    async with asyncio.timeout(remaining):
+                        await gone.wait()
                 except TimeoutError:
                     pass
         except BaseException:

@@ -469,7 +469,8 @@ class LogReader:
         if handle.is_closed:
             # The ledger is sealed; its segment is about to be completed.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._segments_changed.wait(), 1.0)
+                async with asyncio.timeout(1.0):
+                    await self._segments_changed.wait()
         else:
             poll = asyncio.ensure_future(handle.read_lac_long_poll(lac, self._long_poll))
             changed = asyncio.ensure_future(self._segments_changed.wait())

@@ -491,7 +491,8 @@ class Auditor:
             wait: float | None = None if interval == 0 else last_run + interval - loop.time()
             if wait is None or wait > 0:
                 try:
-                    await asyncio.wait_for(self._orphan_interval_changed.wait(), wait)
+                    async with asyncio.timeout(wait):
+                        await self._orphan_interval_changed.wait()
                 except TimeoutError:
                     pass
                 else:

@@ -86,7 +86,8 @@ class AutoRecovery:
 
     async def wait_elected(self, timeout: float | None = None) -> None:
         """Until this candidate is the auditor."""
-        await asyncio.wait_for(self._elected.wait(), timeout)
+        async with asyncio.timeout(timeout):
+            await self._elected.wait()
 
     async def _run_elections(self) -> None:
         from dlog.autorecovery.election import AuditorElection

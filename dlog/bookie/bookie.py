@@ -500,7 +500,8 @@ class Bookie:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         st.waiters.append(fut)
         try:
-            await asyncio.wait_for(fut, timeout)
+            async with asyncio.timeout(timeout):
+                await fut
         except TimeoutError:
             pass
         finally:

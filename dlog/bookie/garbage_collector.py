@@ -166,7 +166,8 @@ class GarbageCollector:
         wait = self.conf.gc_wait_time / 1000.0
         while True:
             try:
-                await asyncio.wait_for(self._wake.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
             self._wake.clear()

@@ -144,7 +144,8 @@ class AdminHttpServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             try:
-                method, path, body = await asyncio.wait_for(_read_request(reader), REQUEST_TIMEOUT)
+                async with asyncio.timeout(REQUEST_TIMEOUT):
+                    method, path, body = await _read_request(reader)
                 status, doc = self._handle(method, path, body)
             except _BadRequest as e:
                 status, doc = e.status, str(e)

@@ -229,7 +229,8 @@ class Journal:
             _RequestProtocol, os.fdopen(req_w, "wb", buffering=0)
         )
         try:
-            ready = await asyncio.wait_for(asyncio.shield(self._ready), START_TIMEOUT)
+            async with asyncio.timeout(START_TIMEOUT):
+                ready = await asyncio.shield(self._ready)
         except BaseException:
             await self._kill()
             raise

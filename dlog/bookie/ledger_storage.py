@@ -250,7 +250,8 @@ class SingleDirectoryDbLedgerStorage:
             space = self._space_event()
             space.clear()
             try:
-                await asyncio.wait_for(space.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await space.wait()
             except TimeoutError:
                 pass
 

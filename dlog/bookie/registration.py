@@ -141,7 +141,8 @@ class BookieRegistration:
                 if await self.zk.exists(path, watch=wake) is None:
                     continue
                 try:
-                    await asyncio.wait_for(gone.wait(), timeout=1.0)
+                    async with asyncio.timeout(1.0):
+                        await gone.wait()
                 except TimeoutError:
                     pass
         try:

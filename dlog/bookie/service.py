@@ -155,9 +155,8 @@ class BookieService:
             # reconnection that may never come. Past zkTimeout the session,
             # and the registration's ephemeral znode with it, is gone anyway.
             try:
-                await asyncio.wait_for(
-                    self.registration.unregister(), timeout=self.conf.zk_timeout / 1000.0
-                )
+                async with asyncio.timeout(self.conf.zk_timeout / 1000.0):
+                    await self.registration.unregister()
             except TimeoutError:
                 log.warning(
                     "could not unregister from ZooKeeper within zkTimeout=%d ms; stopping "

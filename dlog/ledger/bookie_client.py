@@ -132,10 +132,13 @@ class BookieClient:
     async def connect(self) -> None:
         self._loop = asyncio.get_running_loop()
         try:
-            _, proto = await asyncio.wait_for(
-                self._loop.create_connection(lambda: _Connection(self), self.host, self.port),
-                self.connect_timeout,
-            )
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a
+            # cancellation that lands as the connection attempt ends (the
+            # cancelled task then carried on, retrying a dead bookie).
+            async with asyncio.timeout(self.connect_timeout):
+                _, proto = await self._loop.create_connection(
+                    lambda: _Connection(self), self.host, self.port
+                )
         except (OSError, TimeoutError) as e:
             raise BookieHandleNotAvailableError(
                 f"cannot connect to bookie {self.address}: {e}"

@@ -160,7 +160,8 @@ class BookieWatcher:
                 break
             self._changed.clear()
             try:
-                await asyncio.wait_for(self._changed.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._changed.wait()
             except TimeoutError:
                 break
         return self.writable

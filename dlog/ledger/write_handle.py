@@ -527,9 +527,8 @@ class WriteHandle:
         delay = 0.05
         while True:
             try:
-                current, _ = await asyncio.wait_for(
-                    store.read(self.ledger_id), max(0.0, deadline - loop.time())
-                )
+                async with asyncio.timeout(max(0.0, deadline - loop.time())):
+                    current, _ = await store.read(self.ledger_id)
             except NoSuchLedgerError:
                 return None
             except Exception as e:
@@ -635,7 +634,8 @@ class WriteHandle:
             return
         fut: asyncio.Future[None] = self._loop.create_future()
         self._drained.append(fut)
-        await asyncio.wait_for(fut, timeout)
+        async with asyncio.timeout(timeout):
+            await fut
 
     # ------------------------------------------------------------------
     # close
@@ -657,7 +657,8 @@ class WriteHandle:
         change = self._change_task
         if change is not None and not change.done():
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(change), max(2 * self._timeout, 5))
+                async with asyncio.timeout(max(2 * self._timeout, 5)):
+                    await asyncio.shield(change)
         self._fail_leftovers()
         if isinstance(self._error, LedgerFencedError):
             self._closed = True

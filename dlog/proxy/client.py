@@ -120,9 +120,8 @@ class _Connection:
                 return self._writer
             host, _, port = self.endpoint.rpartition(":")
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(host, int(port)), self.connect_timeout
-                )
+                async with asyncio.timeout(self.connect_timeout):
+                    reader, writer = await asyncio.open_connection(host, int(port))
             except (OSError, TimeoutError, ValueError) as e:
                 raise _NotSent(f"cannot connect to proxy {self.endpoint}: {e}") from None
             self._writer = writer
@@ -286,9 +285,8 @@ class Client:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     raise TimeoutError
-                response = await asyncio.wait_for(
-                    self._conn(endpoint).call(method, make_args(ctx)), remaining
-                )
+                async with asyncio.timeout(remaining):
+                    response = await self._conn(endpoint).call(method, make_args(ctx))
             except TimeoutError:
                 raise ServiceUnavailableError(
                     f"{method} of stream {stream!r} did not complete within {self.timeout:g}s"
