@@ -3,8 +3,10 @@
  *
  * Two loops run once per record on every write and every read: appending
  * plain records to an entry (RecordSetWriter.append_many) and decoding an
- * entry's records (decode_entry). This module does exactly those loops for
- * the common case and nothing else. Anything unusual -- a flagged record,
+ * entry's records (decode_entry). Two more run once per row in the Spark
+ * source's executors: an entry's records as columns (dlog.spark.columns)
+ * and the rows' DLSN texts (dlog.spark.reader). This module does exactly
+ * those loops for the common case and nothing else. Anything unusual -- a flagged record,
  * a record set, a malformed header, a value out of range, an object of an
  * unexpected type -- is handed back to the pure-Python code in
  * dlog/record.py, which stays complete and authoritative: it raises the
@@ -319,6 +321,143 @@ append_plain(PyObject *self, PyObject *args)
                          done ? Py_True : Py_False);
 }
 
+/*
+ * plain_columns(buf) -> (positions, txids, flags, offsets, data, any_flags) | None
+ *
+ * The Spark source's columns of ``buf`` (an entry's record stream, envelope
+ * removed), for Arrow buffers: ``positions``, ``txids`` and ``flags`` are
+ * native int64s, one per record; ``offsets`` are the n + 1 native int32
+ * offsets of each payload in ``data``, the payloads laid end to end.
+ * None if any record is not a plain, well-formed one (a record set, a bad
+ * header, a truncated record) or the payloads pass int32 offsets:
+ * dlog.spark.columns decodes (or refuses) those.
+ */
+static PyObject *
+plain_columns(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*", &view))
+        return NULL;
+    const unsigned char *buf = view.buf;
+    const Py_ssize_t n = view.len;
+    /* First pass: check every record and size the columns. */
+    Py_ssize_t off = 0, count = 0, total = 0;
+    while (off < n) {
+        if (n - off < RECORD_HEADER_SIZE)
+            goto fallback;
+        uint64_t metadata = get_u64(buf + off);
+        int32_t length = (int32_t)get_u32(buf + off + 16);
+        Py_ssize_t start = off + RECORD_HEADER_SIZE;
+        if ((metadata & METADATA_INVALID_MASK) || (metadata & FLAG_RECORD_SET) || length < 0 ||
+            length > n - start)
+            goto fallback;
+        total += length;
+        count += 1;
+        off = start + length;
+    }
+    if (total > INT32_MAX_)
+        goto fallback;
+    PyObject *positions = PyBytes_FromStringAndSize(NULL, 8 * count);
+    PyObject *txids = PyBytes_FromStringAndSize(NULL, 8 * count);
+    PyObject *flags = PyBytes_FromStringAndSize(NULL, 8 * count);
+    PyObject *offsets = PyBytes_FromStringAndSize(NULL, 4 * (count + 1));
+    PyObject *data = PyBytes_FromStringAndSize(NULL, total);
+    if (positions == NULL || txids == NULL || flags == NULL || offsets == NULL || data == NULL) {
+        Py_XDECREF(positions);
+        Py_XDECREF(txids);
+        Py_XDECREF(flags);
+        Py_XDECREF(offsets);
+        Py_XDECREF(data);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    char *pos_out = PyBytes_AS_STRING(positions), *txid_out = PyBytes_AS_STRING(txids);
+    char *flag_out = PyBytes_AS_STRING(flags), *off_out = PyBytes_AS_STRING(offsets);
+    char *data_out = PyBytes_AS_STRING(data);
+    int32_t at = 0;
+    int any_flags = 0;
+    off = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        uint64_t metadata = get_u64(buf + off);
+        int64_t txid = (int64_t)get_u64(buf + off + 8);
+        int32_t length = (int32_t)get_u32(buf + off + 16);
+        int64_t position = (int64_t)(metadata >> POSITION_SHIFT);
+        int64_t flag_bits = (int64_t)(metadata & 0xFFFF);
+        any_flags |= flag_bits != 0;
+        memcpy(pos_out + 8 * i, &position, 8);
+        memcpy(txid_out + 8 * i, &txid, 8);
+        memcpy(flag_out + 8 * i, &flag_bits, 8);
+        memcpy(off_out + 4 * i, &at, 4);
+        memcpy(data_out + at, buf + off + RECORD_HEADER_SIZE, length);
+        at += length;
+        off += RECORD_HEADER_SIZE + length;
+    }
+    memcpy(off_out + 4 * count, &at, 4);
+    PyBuffer_Release(&view);
+    return Py_BuildValue("NNNNNO", positions, txids, flags, offsets, data,
+                         any_flags ? Py_True : Py_False);
+fallback:
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+static const char BASE64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/*
+ * dlsn_texts(segment, entries, slots) -> bytes
+ *
+ * DLSN(segment, entries[i], slots[i]).serialize() for each i, laid end to
+ * end (36 characters each: the base64 of version 1 and the three big-endian
+ * int64s). ``entries`` and ``slots``: buffers of native int64s, of one length.
+ */
+static PyObject *
+dlsn_texts(PyObject *self, PyObject *args)
+{
+    long long segment;
+    Py_buffer entries, slots;
+    if (!PyArg_ParseTuple(args, "Ly*y*", &segment, &entries, &slots))
+        return NULL;
+    PyObject *out = NULL;
+    if (entries.len != slots.len || entries.len % 8) {
+        PyErr_SetString(PyExc_ValueError,
+                        "dlsn_texts: entries and slots must be int64s of one length");
+        goto done;
+    }
+    Py_ssize_t count = entries.len / 8;
+    if (count > PY_SSIZE_T_MAX / 36) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, 36 * count);
+    if (out == NULL)
+        goto done;
+    unsigned char raw[27];
+    raw[0] = 1;
+    put_u64(raw + 1, (uint64_t)segment);
+    raw[25] = raw[26] = 0;
+    char *p = PyBytes_AS_STRING(out);
+    const char *e = entries.buf, *s = slots.buf;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t entry, slot;
+        memcpy(&entry, e + 8 * i, 8);
+        memcpy(&slot, s + 8 * i, 8);
+        put_u64(raw + 9, (uint64_t)entry);
+        put_u64(raw + 17, (uint64_t)slot);
+        for (int g = 0; g < 27; g += 3, p += 4) {
+            uint32_t v = ((uint32_t)raw[g] << 16) | ((uint32_t)raw[g + 1] << 8) | raw[g + 2];
+            p[0] = BASE64[v >> 18];
+            p[1] = BASE64[(v >> 12) & 63];
+            p[2] = BASE64[(v >> 6) & 63];
+            p[3] = BASE64[v & 63];
+        }
+        p[-2] = p[-1] = '='; /* 25 bytes: the last group holds one */
+    }
+done:
+    PyBuffer_Release(&entries);
+    PyBuffer_Release(&slots);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS,
      "configure(LogRecord, LogRecordWithDLSN, DLSN): the classes to read and build."},
@@ -327,13 +466,18 @@ static PyMethodDef methods[] = {
     {"append_plain", append_plain, METH_VARARGS,
      "append_plain(buf, records, start, limit, threshold, count, position, max_txid)"
      " -> (index, count, position, max_txid, done)"},
+    {"plain_columns", plain_columns, METH_VARARGS,
+     "plain_columns(buf) -> (positions, txids, flags, offsets, data, any_flags) | None"},
+    {"dlsn_texts", dlsn_texts, METH_VARARGS,
+     "dlsn_texts(segment, entries, slots) -> bytes (36 characters per DLSN)"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "dlog._record_codec",
-    .m_doc = "The per-record loops of dlog.record in C (optional; dlog.record has them in Python).",
+    .m_doc = "The per-record loops of dlog.record and the Spark source in C (optional; both "
+              "have them in Python).",
     .m_size = -1,
     .m_methods = methods,
 };

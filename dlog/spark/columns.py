@@ -24,6 +24,9 @@ How it stays fast without a compiled extension:
 * Only an entry holding record sets is walked record by record, keeping
   ints and payload offsets (its members are cut out by one Arrow ``take``,
   or as a uniform run).
+* Where the optional C codec was built (dlog/_record_codec.c), an entry of
+  plain records only is cut into columns by it, in one pass; anything else
+  it hands back, and the paths above take it.
 * Any input this decoder does not accept as well formed (a truncated header,
   bad metadata, an unknown codec, a corrupt LZ4 block, wrong lengths, bad
   arguments...) is handed to ``decode_entry`` itself, so malformed input
@@ -43,6 +46,7 @@ import lz4.block
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dlog.extensions import extension
 from dlog.record import (
     ENTRY_CODEC_MASK,
     ENTRY_HEADER_SIZE,
@@ -87,6 +91,10 @@ _POSITION_SHIFT = pa.scalar(16, _INT64)
 # (as a signed int64: metadata words are read as int64, bits unchanged)
 _RUN_BREAKING_BITS = pa.scalar((METADATA_INVALID_MASK | FLAG_RECORD_SET) - (1 << 64), _INT64)
 _BINARY = pa.binary()
+
+
+#: The C codec's loops, when it was built (see dlog.extensions).
+_codec: Any = extension("dlog._record_codec")
 
 
 class _Fallback(Exception):
@@ -400,11 +408,35 @@ def _walk_plain(buf: bytes, data: pa.Buffer, off: int, slot: int, cols: _Columns
     return True
 
 
+def _plain(
+    positions: bytes, txids: bytes, flags: bytes, offsets: bytes, data: bytes, any_flags: bool
+) -> EntryColumns:
+    """EntryColumns over the buffers of the C codec's ``plain_columns``."""
+    n = len(positions) // 8
+
+    def int64s(values: bytes) -> pa.Array:
+        return pa.Array.from_buffers(_INT64, n, [None, pa.py_buffer(values)])
+
+    return EntryColumns(
+        _arange(n),
+        int64s(positions),
+        int64s(txids),
+        int64s(flags),
+        pa.Array.from_buffers(_BINARY, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)]),
+        any_flags,
+    )
+
+
 def _decode(buf: bytes) -> EntryColumns:
     """The rows of the record stream ``buf`` (an entry's decompressed bytes).
 
-    A uniform run from the first record, then the rest by walking lengths;
-    records one by one only when the entry holds record sets."""
+    Plain records by the C codec, if built; else a uniform run from the first
+    record, then the rest by walking lengths; records one by one only when
+    the entry holds record sets."""
+    if _codec is not None:
+        found = _codec.plain_columns(buf)
+        if found is not None:
+            return _plain(*found)
     n = len(buf)
     data = pa.py_buffer(buf)
     cols = _Columns()

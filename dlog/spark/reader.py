@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dlog.errors import NoSuchLedgerError
+from dlog.extensions import extension
 from dlog.record import FLAG_CONTROL, FLAG_END_OF_STREAM
 from dlog.spark.columns import EntryColumns, decode_entry_columns
 
@@ -89,6 +90,9 @@ _INT32_MAX = (1 << 31) - 1
 _DLSN_WIDTH = 36
 _RAW_WIDTH = 27
 _fixed_offsets: dict[int, array[int]] = {}
+#: The C codec's loops, when it was built (see dlog.extensions): it writes
+#: the DLSN texts in one pass.
+_codec: Any = extension("dlog._record_codec")
 
 
 def _offsets(width: int, n: int) -> pa.Buffer:
@@ -100,10 +104,15 @@ def _offsets(width: int, n: int) -> pa.Buffer:
     return pa.py_buffer(table).slice(0, 4 * (n + 1))
 
 
+def _int64s(values: pa.Array) -> pa.Buffer:
+    """An int64 array's values (native 8-byte words)."""
+    return values.buffers()[1].slice(8 * values.offset, 8 * len(values))
+
+
 def _big_endian(values: pa.Array) -> bytes:
     """An int64 array's values as big-endian 8-byte words."""
     out = array("q")
-    out.frombytes(values.buffers()[1].slice(8 * values.offset, 8 * len(values)))
+    out.frombytes(_int64s(values))
     out.byteswap()
     return out.tobytes()
 
@@ -114,6 +123,13 @@ def dlsn_column(segment: int, entries: pa.Array, slots: pa.Array) -> pa.Array:
     n = len(slots)
     if n * _DLSN_WIDTH > _INT32_MAX:
         raise ValueError(f"{n} rows are too many for one DLSN column")
+    if len(entries) != n:
+        raise ValueError(f"{len(entries)} entries for {n} slots")
+    if _codec is not None:
+        data = _codec.dlsn_texts(segment, _int64s(entries), _int64s(slots))
+        return pa.Array.from_buffers(
+            pa.string(), n, [None, _offsets(_DLSN_WIDTH, n), pa.py_buffer(data)]
+        )
     raw = bytearray(_PREFIX.pack(1, segment, 0) + bytes(_RAW_WIDTH - _PREFIX.size)) * n
     for column, at in ((entries, 9), (slots, 17)):
         words = _big_endian(column)

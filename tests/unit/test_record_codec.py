@@ -302,6 +302,13 @@ assert m.decode_add_request is m.py_decode_add_request
 frame = m.decode_add_request(m.encode_add_request(7, 1, 2, b"k", b"body"))
 assert (frame.txn_id, frame.ledger_id, frame.body) == (7, 1, b"body")
 assert m.decode_add_response(m.encode_add_response(7, 0, 1, 2)) is None  # protobuf's then
+import pyarrow as pa
+import dlog.spark.columns as c
+import dlog.spark.reader as sr
+assert c._codec is None and sr._codec is None, (c._codec, sr._codec)
+cols = c.decode_entry_columns(w.build(), 1, 0)
+assert cols.txid.to_pylist() == [0, 1, 2, 3, 4] and cols.payload.to_pylist() == [b"x"] * 5
+assert sr.dlsn_text(1, 0, 4) == "AQAAAAAAAAABAAAAAAAAAAAAAAAAAAAABA=="
 print("ok")
 """
 

@@ -6,11 +6,15 @@ Every test compares :func:`dlog.spark.columns.decode_entry_columns` with
 the envelope, bare record streams, runs of equal lengths that take the
 vectorized path and varied lengths that do not) and malformed ones
 (truncated, corrupted, random bytes), which must raise the same error.
+
+Every test runs twice: with the C codec (dlog/_record_codec.c) cutting
+plain entries into columns, and with the Python paths alone.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 import lz4.block
@@ -29,6 +33,19 @@ from dlog.record import (
 )
 from dlog.spark import columns
 from dlog.spark.columns import MIN_RUN, EntryColumns, decode_entry_columns
+
+
+@pytest.fixture(autouse=True, scope="module", params=["c", "python"])
+def codec(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The C codec, or none (module-scoped: hypothesis tests share it)."""
+    built = columns._codec
+    assert built is not None, "dlog._record_codec is not built (make install builds it)"
+    columns._codec = built if request.param == "c" else None
+    try:
+        yield request.param
+    finally:
+        columns._codec = built
+
 
 TXIDS = st.integers(min_value=-(2**63), max_value=MAX_TXID - 1)
 CODECS = st.sampled_from(["none", "lz4"])
@@ -244,9 +261,43 @@ def test_random_bytes(data: bytes, enveloped: bool | None) -> None:
     same(data, enveloped)
 
 
+def test_plain_entries_are_cut_by_the_codec_and_the_rest_handed_back(
+    monkeypatch: pytest.MonkeyPatch, codec: str
+) -> None:
+    """With the C codec, an entry of plain records (control and end-of-stream
+    ones too) never reaches the Python paths; an entry holding a record set
+    does, whole."""
+    calls: list[int] = []
+    real = columns._uniform_run
+
+    def spy(*args: Any) -> Any:
+        m, view = real(*args)
+        calls.append(m)
+        return m, view
+
+    monkeypatch.setattr(columns, "_uniform_run", spy)
+    writer = RecordSetWriter()
+    for i in range(100):
+        writer.append(LogRecord(i, bytes([i]) * 10))
+    writer.append(LogRecord.control_record(99))
+    writer.append(LogRecord.end_of_stream_marker())
+    assert same(writer.build(), True) == 102
+    assert calls == ([] if codec == "c" else [100])
+
+    calls.clear()
+    writer = RecordSetWriter()
+    for i in range(20):
+        writer.append(LogRecord(i, b"x" * 9))
+    writer.append(LogRecord(5, build_record_set([b"y" * 3] * 40), record_set=True))
+    assert same(writer.build(), True) == 60
+    assert calls == [20, 40]
+
+
 def test_uniform_runs_take_the_vectorized_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Runs of equal lengths (records and record-set members) are cut by
-    Arrow, not walked in Python; varied lengths are walked."""
+    """Without the C codec, runs of equal lengths (records and record-set
+    members) are cut by Arrow, not walked in Python; varied lengths are
+    walked."""
+    monkeypatch.setattr(columns, "_codec", None)
     calls: list[int] = []
     real = columns._uniform_run
 

@@ -7,9 +7,11 @@ pyspark and pyarrow must be installed (the planning module builds Spark
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 from array import array
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
@@ -18,6 +20,7 @@ from hypothesis import strategies as st
 
 from dlog.dlsn import DLSN, NonInclusiveLowerBound
 from dlog.segment import LogSegmentMetadata
+from dlog.spark import reader as reader_module
 from dlog.spark.options import (
     DEFAULT_ENTRIES_PER_PARTITION,
     EARLIEST,
@@ -418,18 +421,44 @@ def test_allocate_shares_fairly() -> None:
         DLSN(2**40, 2**50, 2**21),
     ],
 )
-def test_dlsn_text_is_the_base64_form(dlsn: DLSN) -> None:
-    assert dlsn_text(*dlsn) == dlsn.serialize()
+@pytest.mark.parametrize("codec", ["c", "python"])
+def test_dlsn_text_is_the_base64_form(dlsn: DLSN, codec: str) -> None:
+    with dlsn_codec(codec):
+        assert dlsn_text(*dlsn) == dlsn.serialize()
 
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 
 
+@contextlib.contextmanager
+def dlsn_codec(which: str) -> Iterator[None]:
+    """DLSN texts written by the C codec (dlog/_record_codec.c), or in Python."""
+    built = reader_module._codec
+    assert built is not None, "dlog._record_codec is not built (make install builds it)"
+    reader_module._codec = built if which == "c" else None
+    try:
+        yield
+    finally:
+        reader_module._codec = built
+
+
+@pytest.mark.parametrize("codec", ["c", "python"])
 @settings(max_examples=200, deadline=None)
-@given(INT64, st.lists(st.tuples(INT64, INT64), max_size=40))
+@given(segment=INT64, rows=st.lists(st.tuples(INT64, INT64), max_size=40))
 def test_dlsn_column_is_the_base64_form_of_each_row(
-    segment: int, rows: list[tuple[int, int]]
+    codec: str, segment: int, rows: list[tuple[int, int]]
 ) -> None:
+    with dlsn_codec(codec):
+        dlsn_column_cases(segment, rows)
+
+
+def test_dlsn_column_needs_as_many_entries_as_slots() -> None:
+    for codec in ("c", "python"):
+        with dlsn_codec(codec), pytest.raises(ValueError, match="2 entries for 1 slots"):
+            dlsn_column(1, pa.array([1, 2], pa.int64()), pa.array([0], pa.int64()))
+
+
+def dlsn_column_cases(segment: int, rows: list[tuple[int, int]]) -> None:
     entries = pa.array([e for e, _ in rows], pa.int64())
     slots = pa.array([s for _, s in rows], pa.int64())
     column = dlsn_column(segment, entries, slots)
