@@ -73,8 +73,7 @@ class _Connection(asyncio.Protocol):
                 txn, result = added.txn_id, added
             else:
                 try:
-                    # protobuf parses any buffer; its stubs say bytes (a copy we avoid).
-                    resp = Response.FromString(payload)  # type: ignore[arg-type]
+                    resp = m.parse_response(payload)
                 except DecodeError as e:
                     self.client._fail_all(
                         ProtocolError(

@@ -134,6 +134,19 @@ class AddResult(NamedTuple):
     entry_id: int
 
 
+def parse_response(payload: bytes | bytearray | memoryview) -> pb.Response:
+    """A Response frame's payload, parsed by protobuf (DecodeError if it is
+    not one). A status code protobuf does not know (a newer bookie's, or a
+    damaged one) leaves the required field unset, and reading it would give
+    EOK: such an answer's status is set to EIO here, so that no caller counts
+    it as a success. (Java's protobuf refuses the message outright.)"""
+    # protobuf parses any buffer; its stubs say bytes (a copy we avoid).
+    resp = pb.Response.FromString(payload)  # type: ignore[arg-type]
+    if not resp.HasField("status"):
+        resp.status = _status(EIO)
+    return resp
+
+
 def add_result(resp: pb.Response) -> AddResult:
     """The add answer in a protobuf-parsed ADD_ENTRY Response. A status
     code protobuf does not know leaves the field unset, and reading it would
