@@ -141,7 +141,7 @@ def parse_response(payload: bytes | bytearray | memoryview) -> pb.Response:
     EOK: such an answer's status is set to EIO here, so that no caller counts
     it as a success. (Java's protobuf refuses the message outright.)"""
     # protobuf parses any buffer; its stubs say bytes (a copy we avoid).
-    resp = pb.Response.FromString(payload)  # type: ignore[arg-type]
+    resp = Response.FromString(payload)  # type: ignore[arg-type]
     if not resp.HasField("status"):
         resp.status = _status(EIO)
     return resp

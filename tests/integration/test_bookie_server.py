@@ -333,9 +333,7 @@ async def test_a_client_reads_add_answers_without_protobuf(make_bookie, monkeypa
     """The ledger client's answers to its adds skip protobuf's parser too
     (its arenas trim the heap every 10,000 frees, in the writer's loop);
     every other answer, and an add sent as a plain request, is protobuf's."""
-    from dlog.ledger import bookie_client as client_module
-
-    parsed = count_parses(monkeypatch, client_module, "Response")
+    parsed = count_parses(monkeypatch, m, "Response")  # the client's parse_response
     bookie = await make_bookie()
     client = await connect(bookie)
     results = [await client.add_entry(6, eid, KEY, entry(6, eid)) for eid in range(3)]
