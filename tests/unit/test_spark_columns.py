@@ -261,12 +261,8 @@ def test_random_bytes(data: bytes, enveloped: bool | None) -> None:
     same(data, enveloped)
 
 
-def test_plain_entries_are_cut_by_the_codec_and_the_rest_handed_back(
-    monkeypatch: pytest.MonkeyPatch, codec: str
-) -> None:
-    """With the C codec, an entry of plain records (control and end-of-stream
-    ones too) never reaches the Python paths; an entry holding a record set
-    does, whole."""
+def spy_uniform_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The length of each uniform run the Python paths cut from now on."""
     calls: list[int] = []
     real = columns._uniform_run
 
@@ -276,6 +272,16 @@ def test_plain_entries_are_cut_by_the_codec_and_the_rest_handed_back(
         return m, view
 
     monkeypatch.setattr(columns, "_uniform_run", spy)
+    return calls
+
+
+def test_plain_entries_are_cut_by_the_codec_and_the_rest_handed_back(
+    monkeypatch: pytest.MonkeyPatch, codec: str
+) -> None:
+    """With the C codec, an entry of plain records (control and end-of-stream
+    ones too) never reaches the Python paths; an entry holding a record set
+    does, whole."""
+    calls = spy_uniform_runs(monkeypatch)
     writer = RecordSetWriter()
     for i in range(100):
         writer.append(LogRecord(i, bytes([i]) * 10))
@@ -298,15 +304,7 @@ def test_uniform_runs_take_the_vectorized_path(monkeypatch: pytest.MonkeyPatch) 
     members) are cut by Arrow, not walked in Python; varied lengths are
     walked."""
     monkeypatch.setattr(columns, "_codec", None)
-    calls: list[int] = []
-    real = columns._uniform_run
-
-    def spy(*args: Any) -> Any:
-        m, view = real(*args)
-        calls.append(m)
-        return m, view
-
-    monkeypatch.setattr(columns, "_uniform_run", spy)
+    calls = spy_uniform_runs(monkeypatch)
     writer = RecordSetWriter()
     for i in range(100):
         writer.append(LogRecord(i, bytes([i]) * 10))
