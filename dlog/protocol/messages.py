@@ -148,14 +148,10 @@ def parse_response(payload: bytes | bytearray | memoryview) -> pb.Response:
 
 
 def add_result(resp: pb.Response) -> AddResult:
-    """The add answer in a protobuf-parsed ADD_ENTRY Response. A status
-    code protobuf does not know leaves the field unset, and reading it would
-    give EOK: such an answer is EIO (the add failed on that bookie), never
-    a success. (Java's protobuf refuses the message outright: the field is
-    required.)"""
+    """The add answer in an ADD_ENTRY Response from :func:`parse_response`
+    (which made an unknown status EIO: the add failed on that bookie)."""
     ar = resp.addResponse
-    status = resp.status if resp.HasField("status") else EIO
-    return AddResult(resp.header.txnId, status, ar.ledgerId, ar.entryId)
+    return AddResult(resp.header.txnId, resp.status, ar.ledgerId, ar.entryId)
 
 
 def read_response(
