@@ -293,10 +293,16 @@ class BookieCluster:
         ]
 
     def start(self, timeout: float = 60.0) -> Self:
+        """Start every bookie; returns once each serves and is registered
+        (a bookie serves before it registers: a client started between the
+        two found too few writable bookies for its first ledger)."""
         for b in self.bookies:
             b.start(timeout, wait=False)
         for b in self.bookies:
             wait_serving(b.address, b.port, timeout, b.process, b.log_path)
+        uri = parse_metadata_service_uri(self.metadata_service_uri)
+        started = {b.bookie_id: b.started_at for b in self.bookies}
+        asyncio.run(wait_registered(uri.hosts, uri.ledgers_root, started, timeout))
         return self
 
     def stop(self) -> None:
