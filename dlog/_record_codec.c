@@ -401,7 +401,122 @@ fallback:
     Py_RETURN_NONE;
 }
 
+#define FLAG_CONTROL 0x1
+#define FLAG_END_OF_STREAM 0x2
+
+/*
+ * append_rows(buf, start, entry_id, entries, slots, txids, offsets, data, rows, nbytes)
+ *     -> (rows added, bytes added, written) | None
+ *
+ * The user rows of the record stream ``buf[start:]`` (an entry's plain
+ * records), written into a batch's columns after the ``rows`` rows and
+ * ``nbytes`` payload bytes they hold. The columns are writable buffers:
+ * native int64 ``entries`` (``entry_id``), ``slots`` (the record's index in
+ * the entry) and ``txids``; int32 payload ``offsets`` (row i's payload is
+ * ``data[offsets[i]:offsets[i + 1]]``) and the payload bytes ``data``.
+ * Control and end-of-stream records are skipped (their slots are not
+ * reused). If a column is too small, nothing is written and ``written`` is
+ * false: the caller grows the columns by the counts given and calls again.
+ * None, and nothing written, if any record is not a plain, well-formed one
+ * (a record set, a bad header, a truncated record): dlog.spark.columns
+ * decodes (or refuses) those. OverflowError if the payloads would pass
+ * int32 offsets.
+ */
+static PyObject *
+append_rows(PyObject *self, PyObject *args)
+{
+    Py_buffer view, columns[5];
+    Py_ssize_t start, rows, nbytes;
+    long long entry_id;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*nLw*w*w*w*w*nn", &view, &start, &entry_id, &columns[0],
+                          &columns[1], &columns[2], &columns[3], &columns[4], &rows, &nbytes))
+        return NULL;
+    const unsigned char *buf = view.buf;
+    const Py_ssize_t n = view.len;
+    if (start < 0 || start > n || rows < 0 || nbytes < 0 || nbytes > INT32_MAX_) {
+        PyErr_SetString(PyExc_ValueError, "append_rows: start, rows or nbytes out of range");
+        goto done;
+    }
+    /* First pass: check every record and size the rows kept. */
+    Py_ssize_t off = start, kept = 0, total = 0;
+    while (off < n) {
+        if (n - off < RECORD_HEADER_SIZE)
+            goto fallback;
+        uint64_t metadata = get_u64(buf + off);
+        int32_t length = (int32_t)get_u32(buf + off + 16);
+        Py_ssize_t begin = off + RECORD_HEADER_SIZE;
+        if ((metadata & METADATA_INVALID_MASK) || (metadata & FLAG_RECORD_SET) || length < 0 ||
+            length > n - begin)
+            goto fallback;
+        if (!(metadata & (FLAG_CONTROL | FLAG_END_OF_STREAM))) {
+            total += length;
+            kept += 1;
+        }
+        off = begin + length;
+    }
+    if (total > INT32_MAX_ - nbytes) {
+        PyErr_SetString(PyExc_OverflowError,
+                        "append_rows: the batch's payloads pass 2 GiB (int32 offsets)");
+        goto done;
+    }
+    Py_ssize_t end = rows + kept;
+    if (columns[0].len / 8 < end || columns[1].len / 8 < end || columns[2].len / 8 < end ||
+        columns[3].len / 4 < end + 1 || columns[4].len < nbytes + total) {
+        result = Py_BuildValue("nnO", kept, total, Py_False); /* grow them, and call again */
+        goto done;
+    }
+    char *entry_out = (char *)columns[0].buf + 8 * rows;
+    char *slot_out = (char *)columns[1].buf + 8 * rows;
+    char *txid_out = (char *)columns[2].buf + 8 * rows;
+    char *off_out = (char *)columns[3].buf + 4 * rows;
+    char *data_out = (char *)columns[4].buf + nbytes;
+    int32_t at = (int32_t)nbytes;
+    int64_t entry = (int64_t)entry_id;
+    memcpy(off_out, &at, 4);
+    off_out += 4;
+    off = start;
+    for (int64_t slot = 0, i = 0; off < n; slot++) {
+        uint64_t metadata = get_u64(buf + off);
+        int32_t length = (int32_t)get_u32(buf + off + 16);
+        if (!(metadata & (FLAG_CONTROL | FLAG_END_OF_STREAM))) {
+            int64_t txid = (int64_t)get_u64(buf + off + 8);
+            memcpy(entry_out + 8 * i, &entry, 8);
+            memcpy(slot_out + 8 * i, &slot, 8);
+            memcpy(txid_out + 8 * i, &txid, 8);
+            memcpy(data_out, buf + off + RECORD_HEADER_SIZE, length);
+            data_out += length;
+            at += length;
+            memcpy(off_out + 4 * i, &at, 4);
+            i++;
+        }
+        off += RECORD_HEADER_SIZE + length;
+    }
+    result = Py_BuildValue("nnO", kept, total, Py_True);
+    goto done;
+fallback:
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&view);
+    for (int c = 0; c < 5; c++)
+        PyBuffer_Release(&columns[c]);
+    return result;
+}
+
 static const char BASE64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* The base64 of ``groups`` groups of three bytes of ``raw`` at ``out``. */
+static void
+base64_groups(char *out, const unsigned char *raw, int groups)
+{
+    for (int g = 0; g < groups; g++, raw += 3, out += 4) {
+        uint32_t v = ((uint32_t)raw[0] << 16) | ((uint32_t)raw[1] << 8) | raw[2];
+        out[0] = BASE64[v >> 18];
+        out[1] = BASE64[(v >> 12) & 63];
+        out[2] = BASE64[(v >> 6) & 63];
+        out[3] = BASE64[v & 63];
+    }
+}
 
 /*
  * dlsn_texts(segment, entries, slots) -> bytes
@@ -431,26 +546,31 @@ dlsn_texts(PyObject *self, PyObject *args)
     out = PyBytes_FromStringAndSize(NULL, 36 * count);
     if (out == NULL)
         goto done;
+    /* The 27 bytes are nine base64 groups of three: groups 0-2 are the
+     * version and segment (the same on every row), 3-4 the entry's first six
+     * bytes (the same along an entry's rows), 5-8 the rest. */
     unsigned char raw[27];
+    char head[20];
     raw[0] = 1;
     put_u64(raw + 1, (uint64_t)segment);
     raw[25] = raw[26] = 0;
+    base64_groups(head, raw, 3);
     char *p = PyBytes_AS_STRING(out);
     const char *e = entries.buf, *s = slots.buf;
-    for (Py_ssize_t i = 0; i < count; i++) {
+    int64_t last_entry = 0;
+    for (Py_ssize_t i = 0; i < count; i++, p += 36) {
         int64_t entry, slot;
         memcpy(&entry, e + 8 * i, 8);
         memcpy(&slot, s + 8 * i, 8);
-        put_u64(raw + 9, (uint64_t)entry);
-        put_u64(raw + 17, (uint64_t)slot);
-        for (int g = 0; g < 27; g += 3, p += 4) {
-            uint32_t v = ((uint32_t)raw[g] << 16) | ((uint32_t)raw[g + 1] << 8) | raw[g + 2];
-            p[0] = BASE64[v >> 18];
-            p[1] = BASE64[(v >> 12) & 63];
-            p[2] = BASE64[(v >> 6) & 63];
-            p[3] = BASE64[v & 63];
+        if (i == 0 || entry != last_entry) {
+            put_u64(raw + 9, (uint64_t)entry);
+            base64_groups(head + 12, raw + 9, 2);
+            last_entry = entry;
         }
-        p[-2] = p[-1] = '='; /* 25 bytes: the last group holds one */
+        put_u64(raw + 17, (uint64_t)slot);
+        memcpy(p, head, 20);
+        base64_groups(p + 20, raw + 15, 4);
+        p[34] = p[35] = '='; /* 25 bytes: the last group holds one */
     }
 done:
     PyBuffer_Release(&entries);
@@ -468,6 +588,9 @@ static PyMethodDef methods[] = {
      " -> (index, count, position, max_txid, done)"},
     {"plain_columns", plain_columns, METH_VARARGS,
      "plain_columns(buf) -> (positions, txids, flags, offsets, data, any_flags) | None"},
+    {"append_rows", append_rows, METH_VARARGS,
+     "append_rows(buf, start, entry_id, entries, slots, txids, offsets, data, rows, nbytes)"
+     " -> (rows, bytes, written) | None"},
     {"dlsn_texts", dlsn_texts, METH_VARARGS,
      "dlsn_texts(segment, entries, slots) -> bytes (36 characters per DLSN)"},
     {NULL, NULL, 0, NULL},

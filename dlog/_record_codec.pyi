@@ -20,4 +20,17 @@ def append_plain(
 def plain_columns(
     buf: bytes | bytearray | memoryview, /
 ) -> tuple[bytes, bytes, bytes, bytes, bytes, bool] | None: ...
+def append_rows(
+    buf: bytes | bytearray | memoryview,
+    start: int,
+    entry_id: int,
+    entries: Any,
+    slots: Any,
+    txids: Any,
+    offsets: Any,
+    data: Any,
+    rows: int,
+    nbytes: int,
+    /,
+) -> tuple[int, int, bool] | None: ...
 def dlsn_texts(segment: int, entries: Any, slots: Any, /) -> bytes: ...

@@ -27,6 +27,10 @@ How it stays fast without a compiled extension:
 * Where the optional C codec was built (dlog/_record_codec.c), an entry of
   plain records only is cut into columns by it, in one pass; anything else
   it hands back, and the paths above take it.
+* :class:`BatchColumns` gathers the kept rows of many entries into one
+  batch's columns, growing buffers in place: with the C codec, an entry of
+  plain records goes straight from its bytes into them (no arrays per entry,
+  no concatenation per batch); other entries are added from their columns.
 * Any input this decoder does not accept as well formed (a truncated header,
   bad metadata, an unknown codec, a corrupt LZ4 block, wrong lengths, bad
   arguments...) is handed to ``decode_entry`` itself, so malformed input
@@ -63,7 +67,7 @@ from dlog.record import (
     decode_entry,
 )
 
-__all__ = ["EntryColumns", "decode_entry_columns"]
+__all__ = ["BatchColumns", "EntryColumns", "decode_entry_columns", "int64_buffer"]
 
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
@@ -502,6 +506,25 @@ def _from_records(
     )
 
 
+def _record_stream(buf: bytes) -> tuple[bytes, int]:
+    """The record stream of an enveloped entry, as ``(bytes, offset)``: the
+    entry itself past its header, or its decompressed stream from 0."""
+    n = len(buf)
+    if n < ENTRY_HEADER_SIZE:
+        raise _Fallback
+    version, flags, size, stored_len = _ENTRY_HEADER.unpack_from(buf)
+    if version != ENTRY_VERSION or flags & ~ENTRY_CODEC_MASK:
+        raise _Fallback
+    if size < 0 or stored_len != n - ENTRY_HEADER_SIZE:
+        raise _Fallback
+    codec = flags & ENTRY_CODEC_MASK
+    if codec == CompressionCodec.NONE:
+        if size != stored_len:
+            raise _Fallback
+        return buf, ENTRY_HEADER_SIZE
+    return _decompress(buf[ENTRY_HEADER_SIZE:], codec, size), 0
+
+
 def decode_entry_columns(
     entry: bytes | bytearray | memoryview,
     segment_seq_no: int,
@@ -526,15 +549,162 @@ def decode_entry_columns(
         if enveloped is None:
             enveloped = len(buf) > 0 and buf[0] == ENTRY_VERSION
         if enveloped:
-            n = len(buf)
-            if n < ENTRY_HEADER_SIZE:
-                raise _Fallback
-            version, flags, size, stored_len = _ENTRY_HEADER.unpack_from(buf)
-            if version != ENTRY_VERSION or flags & ~ENTRY_CODEC_MASK:
-                raise _Fallback
-            if size < 0 or stored_len != n - ENTRY_HEADER_SIZE:
-                raise _Fallback
-            buf = _decompress(buf[ENTRY_HEADER_SIZE:], flags & ENTRY_CODEC_MASK, size)
+            buf, start = _record_stream(buf)
+            if start:
+                buf = buf[start:]
         return _decode(buf)
     except _Fallback:
         return _from_records(entry, segment_seq_no, entry_id, start_sequence_id, enveloped)
+
+
+# ---------------------------------------------------------------------------
+# a batch's columns, gathered from many entries
+# ---------------------------------------------------------------------------
+
+
+def int64_buffer(values: pa.Array) -> pa.Buffer:
+    """An int64 array's values (native 8-byte words), from its offset."""
+    return values.buffers()[1].slice(8 * values.offset, 8 * len(values))
+
+
+class BatchColumns:
+    """The kept rows of many entries, as one batch's columns: entry, slot,
+    txid and payload, written in place into Arrow buffers and taken as
+    arrays over those same buffers (:meth:`take`), so a batch is built
+    without a concatenation and, for entries of plain records, without any
+    array per entry (:meth:`add_plain`, by the C codec).
+
+    Invariant: the columns hold ``len(self)`` rows and ``nbytes`` payload
+    bytes; ``offsets`` holds one more int32 than there are rows, from 0
+    (payload ``i`` is ``data[offsets[i]:offsets[i + 1]]``). The buffers grow
+    by doubling (into new ones), and a new batch starts a quarter larger than the last one
+    was, so a steady read allocates each batch's buffers once."""
+
+    __slots__ = ("data", "entries", "nbytes", "offsets", "rows", "slots", "txids")
+
+    #: The smallest capacities a batch starts with (rows, payload bytes).
+    MIN_ROWS = 4096
+    MIN_BYTES = 1 << 20
+
+    def __init__(self) -> None:
+        self._reset(self.MIN_ROWS, self.MIN_BYTES)
+
+    def _reset(self, rows: int, nbytes: int) -> None:
+        self.entries, self.slots, self.txids = (_allocate(8 * rows) for _ in range(3))
+        self.offsets = _allocate(4 * (rows + 1))
+        self.data = _allocate(nbytes)
+        _put(self.offsets, 0, bytes(4))
+        self.rows = 0
+        self.nbytes = 0
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def _reserve(self, rows: int, nbytes: int) -> None:
+        """Room for ``rows`` more rows and ``nbytes`` more payload bytes."""
+        need = self.rows + rows
+        if 8 * need > self.entries.size:
+            size = max(need, 2 * (self.entries.size // 8))
+            used = 8 * self.rows
+            self.entries, self.slots, self.txids = (
+                _grown(column, 8 * size, used) for column in (self.entries, self.slots, self.txids)
+            )
+            self.offsets = _grown(self.offsets, 4 * (size + 1), used // 2 + 4)
+        need = self.nbytes + nbytes
+        if need > self.data.size:
+            self.data = _grown(self.data, max(need, 2 * self.data.size), self.nbytes)
+
+    def add_plain(self, entry: bytes, entry_id: int) -> bool:
+        """Add the user rows of an entry (enveloped) of plain records, control
+        and end-of-stream records skipped, if the C codec is built and the
+        entry is one; False, and nothing added, otherwise (decode it with
+        :func:`decode_entry_columns` and :meth:`add` what is kept)."""
+        if _codec is None or type(entry) is not bytes:
+            return False
+        try:
+            buf, start = _record_stream(entry)
+        except _Fallback:
+            return False
+        for _ in range(2):
+            added = _codec.append_rows(
+                buf,
+                start,
+                entry_id,
+                self.entries,
+                self.slots,
+                self.txids,
+                self.offsets,
+                self.data,
+                self.rows,
+                self.nbytes,
+            )
+            if added is None:
+                return False
+            rows, nbytes, written = added
+            if written:
+                self.rows += rows
+                self.nbytes += nbytes
+                return True
+            self._reserve(rows, nbytes)  # and again, into room enough
+        raise AssertionError("append_rows found no room after _reserve")
+
+    def add(self, entry_id: int, cols: EntryColumns) -> None:
+        """Add every row of ``cols`` (rows of entry ``entry_id``)."""
+        n = len(cols)
+        if not n:
+            return
+        payload = cols.payload
+        _, offsets_buffer, data_buffer = payload.buffers()
+        offsets = pa.Array.from_buffers(
+            pa.int32(), n + 1, [None, offsets_buffer], offset=payload.offset
+        )
+        first, last = offsets[0].as_py(), offsets[n].as_py()
+        base, size, row = self.nbytes, last - first, self.rows
+        if base + size > _INT32_MAX:
+            raise OverflowError("the batch's payloads pass 2 GiB (int32 offsets)")
+        self._reserve(n, size)
+        _put(self.entries, 8 * row, array("q", (entry_id,)) * n)
+        _put(self.slots, 8 * row, int64_buffer(cols.slot))
+        _put(self.txids, 8 * row, int64_buffer(cols.txid))
+        if size:
+            _put(self.data, base, data_buffer.slice(first, size))
+        moved = pc.add(offsets.slice(1), pa.scalar(base - first, pa.int32()))
+        _put(self.offsets, 4 * (row + 1), moved.buffers()[1].slice(4 * moved.offset, 4 * n))
+        self.rows += n
+        self.nbytes += size
+
+    def take(self) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
+        """The columns (entry, slot, txid: int64; payload: binary) of the rows
+        gathered, which are then forgotten (the arrays keep the buffers)."""
+        n = self.rows
+        entries, slots, txids = (
+            pa.Array.from_buffers(_INT64, n, [None, column.slice(0, 8 * n)])
+            for column in (self.entries, self.slots, self.txids)
+        )
+        payload = pa.Array.from_buffers(
+            _BINARY, n, [None, self.offsets.slice(0, 4 * (n + 1)), self.data.slice(0, self.nbytes)]
+        )
+        # the next batch starts with room for this one's rows and a quarter more
+        self._reset(
+            max(n + n // 4, self.MIN_ROWS), max(self.nbytes + self.nbytes // 4, self.MIN_BYTES)
+        )
+        return entries, slots, txids, payload
+
+
+def _allocate(size: int) -> pa.Buffer:
+    """A new Arrow buffer of ``size`` bytes (contents undefined). (Not a
+    resizable one: its buffer protocol keeps reporting the size it had.)"""
+    return pa.allocate_buffer(size)
+
+
+def _grown(buffer: pa.Buffer, size: int, used: int) -> pa.Buffer:
+    """A new buffer of ``size`` bytes that starts with ``buffer[:used]``."""
+    grown = _allocate(size)
+    _put(grown, 0, buffer.slice(0, used))
+    return grown
+
+
+def _put(buffer: pa.Buffer, at: int, values: Any) -> None:
+    """Copy ``values`` (any buffer) into ``buffer`` at byte ``at``."""
+    source = memoryview(values).cast("b")
+    memoryview(buffer)[at : at + len(source)] = source

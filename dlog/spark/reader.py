@@ -8,7 +8,10 @@ in-progress segment's writer is never fenced), decoded column by column
 without a Python object per record), filtered (``lower < dlsn <= upper``;
 control and end-of-stream records are skipped) and handed to Spark as Arrow
 record batches with the source's schema, every column built from buffers
-(the DLSN text too, by one base64 pass over the batch).
+(the DLSN text too, by one base64 pass over the batch). An entry strictly
+inside the bounds keeps all its user rows, so, when it is plain records, the
+C codec writes them straight into the batch's buffers
+(:class:`dlog.spark.columns.BatchColumns`).
 
 The ledger client is cached per Python worker process, keyed by metadata
 service URI and client settings (the ledger password, from ``digestPw``, is
@@ -37,7 +40,7 @@ import pyarrow.compute as pc
 from dlog.errors import NoSuchLedgerError
 from dlog.extensions import extension
 from dlog.record import FLAG_CONTROL, FLAG_END_OF_STREAM
-from dlog.spark.columns import EntryColumns, decode_entry_columns
+from dlog.spark.columns import BatchColumns, EntryColumns, decode_entry_columns, int64_buffer
 
 if TYPE_CHECKING:
     from dlog.ledger.client import BookKeeper
@@ -67,8 +70,11 @@ ARROW_SCHEMA = pa.schema(
 
 #: Entries per bookie read round trip (one run in flight while one decodes).
 READ_RUN_ENTRIES = 32
-#: Rows per Arrow batch handed to Spark.
+#: Rows per Arrow batch handed to Spark (a batch is cut at the end of the
+#: entry that reaches this many rows or BATCH_BYTES of payloads: its payload
+#: offsets are int32s).
 BATCH_ROWS = 32_768
+BATCH_BYTES = 64 << 20
 
 # (Arrow scalars: see dlog.spark.columns on plain ints as compute arguments)
 _SKIP = pa.scalar(FLAG_CONTROL | FLAG_END_OF_STREAM, pa.int64())
@@ -104,15 +110,10 @@ def _offsets(width: int, n: int) -> pa.Buffer:
     return pa.py_buffer(table).slice(0, 4 * (n + 1))
 
 
-def _int64s(values: pa.Array) -> pa.Buffer:
-    """An int64 array's values (native 8-byte words)."""
-    return values.buffers()[1].slice(8 * values.offset, 8 * len(values))
-
-
 def _big_endian(values: pa.Array) -> bytes:
     """An int64 array's values as big-endian 8-byte words."""
     out = array("q")
-    out.frombytes(_int64s(values))
+    out.frombytes(int64_buffer(values))
     out.byteswap()
     return out.tobytes()
 
@@ -126,7 +127,7 @@ def dlsn_column(segment: int, entries: pa.Array, slots: pa.Array) -> pa.Array:
     if len(entries) != n:
         raise ValueError(f"{len(entries)} entries for {n} slots")
     if _codec is not None:
-        data = _codec.dlsn_texts(segment, _int64s(entries), _int64s(slots))
+        data = _codec.dlsn_texts(segment, int64_buffer(entries), int64_buffer(slots))
         return pa.Array.from_buffers(
             pa.string(), n, [None, _offsets(_DLSN_WIDTH, n), pa.py_buffer(data)]
         )
@@ -211,15 +212,13 @@ async def _open(client: BookKeeper, ledger_id: int, password: bytes) -> ReadHand
 def _batch(
     stream: str,
     segment: int,
-    entries: array[int],
-    slots: list[pa.Array],
-    txids: list[pa.Array],
-    payloads: list[pa.Array],
+    entry_column: pa.Array,
+    slot_column: pa.Array,
+    txid_column: pa.Array,
+    payload_column: pa.Array,
 ) -> pa.RecordBatch:
     """One batch of the source's schema from the kept rows' columns."""
-    n = len(entries)
-    entry_column = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(entries)])
-    slot_column = pa.concat_arrays(slots)
+    n = len(entry_column)
     return pa.RecordBatch.from_arrays(
         [
             _constant_string(stream, n),
@@ -227,11 +226,34 @@ def _batch(
             pa.repeat(pa.scalar(segment, pa.int64()), n),
             entry_column,
             slot_column,
-            pa.concat_arrays(txids),
-            pa.concat_arrays(payloads),
+            txid_column,
+            payload_column,
         ],
         schema=ARROW_SCHEMA,
     )
+
+
+def add_entry(
+    rows: BatchColumns,
+    data: bytes,
+    segment: int,
+    entry_id: int,
+    start_sequence_id: int,
+    lower: tuple[int, ...],
+    upper: tuple[int, ...],
+) -> None:
+    """Add to ``rows`` the rows of one entry that a partition keeps.
+
+    An entry strictly between the bounds keeps every user row, which
+    ``rows.add_plain`` takes straight from its bytes when it can; any other
+    entry is decoded and filtered (:func:`_kept`)."""
+    key = (segment, entry_id)
+    if lower[:2] < key < upper[:2] and rows.add_plain(data, entry_id):
+        return
+    cols = decode_entry_columns(data, segment, entry_id, start_sequence_id)
+    kept = _kept(cols, segment, entry_id, lower, upper) if len(cols) else None
+    if kept is not None:
+        rows.add(entry_id, kept)
 
 
 def _kept(
@@ -291,30 +313,20 @@ def read_partition(
 
     pending: concurrent.futures.Future[list[LedgerEntry]] | None = None
     try:
-        entry_ids = array("q")
-        slots: list[pa.Array] = []
-        txids: list[pa.Array] = []
-        payloads: list[pa.Array] = []
+        rows = BatchColumns()
         pending = submit(runs[0]) if runs else None
         for i in range(len(runs)):
             assert pending is not None
             entries = pending.result()
             pending = submit(runs[i + 1]) if i + 1 < len(runs) else None
             for entry in entries:
-                entry_id = entry.entry_id
-                cols = decode_entry_columns(entry.data, segment, entry_id, p.start_sequence_id)
-                kept = _kept(cols, segment, entry_id, lower, upper) if len(cols) else None
-                if kept is None:
-                    continue
-                entry_ids.extend(array("q", (entry_id,)) * len(kept))
-                slots.append(kept.slot)
-                txids.append(kept.txid)
-                payloads.append(kept.payload)
-                if len(entry_ids) >= batch_rows:
-                    yield _batch(p.stream, segment, entry_ids, slots, txids, payloads)
-                    entry_ids, slots, txids, payloads = array("q"), [], [], []
-        if entry_ids:
-            yield _batch(p.stream, segment, entry_ids, slots, txids, payloads)
+                add_entry(
+                    rows, entry.data, segment, entry.entry_id, p.start_sequence_id, lower, upper
+                )
+                if len(rows) >= batch_rows or rows.nbytes >= BATCH_BYTES:
+                    yield _batch(p.stream, segment, *rows.take())
+        if len(rows):
+            yield _batch(p.stream, segment, *rows.take())
     finally:
         if pending is not None:
             pending.cancel()

@@ -309,6 +309,10 @@ assert c._codec is None and sr._codec is None, (c._codec, sr._codec)
 cols = c.decode_entry_columns(w.build(), 1, 0)
 assert cols.txid.to_pylist() == [0, 1, 2, 3, 4] and cols.payload.to_pylist() == [b"x"] * 5
 assert sr.dlsn_text(1, 0, 4) == "AQAAAAAAAAABAAAAAAAAAAAAAAAAAAAABA=="
+rows = c.BatchColumns()
+assert not rows.add_plain(w.build(), 0)
+sr.add_entry(rows, w.build(), 1, 0, 0, (1, -1, 0), (1, 1, 0))
+assert sr._batch("s", 1, *rows.take()).column("txid").to_pylist() == [0, 1, 2, 3, 4]
 print("ok")
 """
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
-from array import array
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -475,10 +474,10 @@ def test_arrow_batch_matches_the_schema() -> None:
     batch = _batch(
         "s",
         3,
-        array("q", [0, 1]),
-        [pa.array([0], pa.int64()), pa.array([0], pa.int64())],
-        [pa.array([10, 11], pa.int64())],
-        [pa.array([b"a"]), pa.array([b""])],
+        pa.array([0, 1], pa.int64()),
+        pa.array([0, 0], pa.int64()),
+        pa.array([10, 11], pa.int64()),
+        pa.array([b"a", b""]),
     )
     batch.validate(full=True)
     assert batch.schema.equals(ARROW_SCHEMA)

@@ -1,14 +1,47 @@
 """The executor keeps exactly the rows the library's filter would keep:
-``lower < dlsn <= upper``, control and end-of-stream records skipped."""
+``lower < dlsn <= upper``, control and end-of-stream records skipped, and
+its batches hold exactly those rows of every entry, in order, however they
+were gathered (straight from the bytes by the C codec, or column by column).
+
+Every test runs twice: with the C codec (dlog/_record_codec.c), and with the
+Python paths alone.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlog.record import FLAG_CONTROL, FLAG_END_OF_STREAM, LogRecord, RecordSetWriter, decode_entry
-from dlog.spark.columns import decode_entry_columns
-from dlog.spark.reader import _kept
+from dlog.errors import InvalidRecordError
+from dlog.record import (
+    FLAG_CONTROL,
+    FLAG_END_OF_STREAM,
+    LogRecord,
+    RecordSetWriter,
+    build_record_set,
+    decode_entry,
+)
+from dlog.spark import columns
+from dlog.spark.columns import BatchColumns, EntryColumns, decode_entry_columns
+from dlog.spark.reader import ARROW_SCHEMA, _batch, _kept, add_entry
+
+
+@pytest.fixture(autouse=True, scope="module", params=["c", "python"])
+def codec(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The C codec, or none (module-scoped: hypothesis tests share it)."""
+    built = columns._codec
+    assert built is not None, "dlog._record_codec is not built (make install builds it)"
+    columns._codec = built if request.param == "c" else None
+    try:
+        yield request.param
+    finally:
+        columns._codec = built
+
 
 SEGMENT, ENTRY = 4, 7
 KINDS = st.lists(st.sampled_from(["user", "user", "user", "control"]), min_size=1, max_size=40)
@@ -52,3 +85,143 @@ def test_kept_rows_are_the_filtered_records(
     )
     assert got == expected
     assert got  # no rows is None, not an empty entry
+
+
+# -- batches of many entries -----------------------------------------------------
+PAYLOADS = st.one_of(st.binary(max_size=30), st.sampled_from([b"", b"x" * 100]))
+
+
+@st.composite
+def stream_entry(draw: st.DrawFn) -> bytes:
+    """An entry as a writer makes it: user, control and end-of-stream
+    records, maybe a record set, maybe LZ4 on the envelope; or, rarely,
+    damaged bytes."""
+    writer = RecordSetWriter(compression=draw(st.sampled_from(["none", "none", "lz4"])))
+    for i, kind in enumerate(draw(st.lists(st.sampled_from("uuuuucsr"), max_size=30))):
+        if kind == "u":
+            record = LogRecord(i, draw(PAYLOADS))
+        elif kind == "c":
+            record = LogRecord.control_record(i)
+        elif kind == "s":
+            members = draw(st.lists(PAYLOADS, max_size=4))
+            record = LogRecord(i, build_record_set(members), record_set=True)
+        else:
+            record = LogRecord(i, bytes(draw(st.integers(0, 300))))
+        writer.append(record)
+    if draw(st.integers(0, 9)) == 0:
+        writer.append(LogRecord.end_of_stream_marker())
+    data = writer.build()
+    if data and draw(st.integers(0, 14)) == 0:
+        at = draw(st.integers(0, len(data) - 1))
+        data = data[:at] + bytes([data[at] ^ 0x40]) + data[at + 1 :]
+    return data
+
+
+def expected_rows(data: bytes, entry_id: int, lower: Any, upper: Any) -> list[Any]:
+    return [
+        (r.dlsn[1], r.dlsn[2], r.txid, r.payload)
+        for r in decode_entry(data, SEGMENT, entry_id)
+        if lower < r.dlsn <= upper and not r.flags & (FLAG_CONTROL | FLAG_END_OF_STREAM)
+    ]
+
+
+def batch_rows(columns_: tuple[Any, ...]) -> list[Any]:
+    batch = _batch("s", SEGMENT, *columns_)
+    batch.validate(full=True)
+    assert batch.schema.equals(ARROW_SCHEMA)
+    picked = [batch.column(name).to_pylist() for name in ("entry", "slot", "txid", "payload")]
+    return list(zip(*picked, strict=True))
+
+
+def gather(
+    rows: BatchColumns,
+    entries: list[bytes],
+    first: int,
+    lower_slot: int,
+    upper_slot: int,
+    cuts: set[int],
+) -> tuple[list[Any], list[Any]]:
+    """The rows of the batches taken, and the rows decode_entry keeps."""
+    last = first + len(entries) - 1
+    lower = (SEGMENT, first, lower_slot)
+    upper = (SEGMENT, last, upper_slot)
+    expected: list[Any] = []
+    got: list[Any] = []
+    for i, data in enumerate(entries):
+        entry_id = first + i
+        try:
+            want = expected_rows(data, entry_id, lower, upper)
+        except InvalidRecordError as refused:
+            before = len(rows), rows.nbytes
+            with pytest.raises(type(refused)):
+                add_entry(rows, data, SEGMENT, entry_id, 0, lower, upper)
+            assert (len(rows), rows.nbytes) == before
+            continue
+        expected += want
+        add_entry(rows, data, SEGMENT, entry_id, 0, lower, upper)
+        if i in cuts:
+            got += batch_rows(rows.take())
+            assert len(rows) == 0 and rows.nbytes == 0
+    got += batch_rows(rows.take())
+    return got, expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    entries=st.lists(stream_entry(), min_size=1, max_size=8),
+    first=st.integers(0, 3),
+    lower_slot=SLOT,
+    upper_slot=SLOT,
+    cuts=st.sets(st.integers(0, 8)),
+    small=st.booleans(),
+)
+def test_batches_hold_every_kept_row_of_every_entry_in_order(
+    entries: list[bytes],
+    first: int,
+    lower_slot: int,
+    upper_slot: int,
+    cuts: set[int],
+    small: bool,
+) -> None:
+    """A partition's entries through add_entry, its batches taken after any
+    of them: the batches' rows are decode_entry's filtered rows, in order; an
+    entry that decode_entry refuses raises its error and adds nothing."""
+    with pytest.MonkeyPatch.context() as patch:
+        if small:  # columns that start tiny and grow under the writes
+            patch.setattr(BatchColumns, "MIN_ROWS", 1)
+            patch.setattr(BatchColumns, "MIN_BYTES", 1)
+        rows = BatchColumns()
+        got, expected = gather(rows, entries, first, lower_slot, upper_slot, cuts)
+    assert got == expected
+    dlsns = _batch("s", SEGMENT, *rows.take()).column("dlsn").to_pylist()
+    assert dlsns == []
+
+
+def test_plain_entries_go_straight_into_the_columns(codec: str) -> None:
+    """With the C codec, an entry of plain records inside the bounds is
+    written into the batch's columns without decoding it into arrays."""
+    writer = RecordSetWriter()
+    for i in range(50):
+        writer.append(LogRecord(i, b"p%d" % i))
+    writer.append(LogRecord.control_record(50))
+    data = writer.build()
+    rows = BatchColumns()
+    assert rows.add_plain(data, 3) is (codec == "c")
+    if codec == "c":
+        assert batch_rows(rows.take()) == [(3, i, i, b"p%d" % i) for i in range(50)]
+
+
+def test_rows_added_from_sliced_columns_are_read_from_their_offset() -> None:
+    """Columns that are slices of larger arrays (an offset into their
+    buffers, payload offsets not starting at 0) add exactly their rows."""
+    ints = pa.array(range(10), pa.int64())
+    payload = pa.array([b"%d" % i * i for i in range(10)], pa.binary())
+    rows = BatchColumns()
+    rows.add(
+        5, EntryColumns(ints.slice(0, 2), ints, ints.slice(0, 2), ints, payload.slice(0, 2), False)
+    )
+    picked = EntryColumns(*(a.slice(6, 3) for a in (ints, ints, ints, ints, payload)), False)
+    rows.add(9, picked)
+    assert batch_rows(rows.take()) == [(5, 0, 0, b""), (5, 1, 1, b"1")] + [
+        (9, i, i, b"%d" % i * i) for i in (6, 7, 8)
+    ]
