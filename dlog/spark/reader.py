@@ -31,7 +31,7 @@ import os
 import struct
 import threading
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -49,7 +49,15 @@ if TYPE_CHECKING:
     from dlog.spark.options import SourceOptions
     from dlog.spark.planning import DlogPartition
 
-__all__ = ["ARROW_SCHEMA", "SCHEMA", "dlsn_column", "dlsn_text", "ledger_client", "read_partition"]
+__all__ = [
+    "ARROW_SCHEMA",
+    "SCHEMA",
+    "batches",
+    "dlsn_column",
+    "dlsn_text",
+    "ledger_client",
+    "read_partition",
+]
 
 #: The source's schema (Spark DDL).
 SCHEMA = (
@@ -290,6 +298,30 @@ def _kept(
     )
 
 
+def batches(
+    runs: Iterable[list[LedgerEntry]],
+    partition: DlogPartition,
+    *,
+    batch_rows: int = BATCH_ROWS,
+    batch_bytes: int = BATCH_BYTES,
+) -> Iterator[pa.RecordBatch]:
+    """The rows ``partition`` keeps of the entries ``runs`` yields (its
+    entries, in order), as Arrow batches of the source's schema: each cut at
+    the end of the entry that brings it to ``batch_rows`` rows or
+    ``batch_bytes`` of payloads."""
+    p = partition
+    rows = BatchColumns()
+    for entries in runs:
+        for entry in entries:
+            add_entry(
+                rows, entry.data, p.segment, entry.entry_id, p.start_sequence_id, p.lower, p.upper
+            )
+            if len(rows) >= batch_rows or rows.nbytes >= batch_bytes:
+                yield _batch(p.stream, p.segment, *rows.take())
+    if len(rows):
+        yield _batch(p.stream, p.segment, *rows.take())
+
+
 def read_partition(
     partition: DlogPartition, options: SourceOptions, *, batch_rows: int = BATCH_ROWS
 ) -> Iterator[pa.RecordBatch]:
@@ -301,8 +333,6 @@ def read_partition(
         return
     loop = runner.loop
     p = partition
-    lower, upper = p.lower, p.upper
-    segment = p.segment
     runs = [
         (first, min(first + READ_RUN_ENTRIES - 1, p.last_entry))
         for first in range(p.first_entry, p.last_entry + 1, READ_RUN_ENTRIES)
@@ -312,21 +342,19 @@ def read_partition(
         return asyncio.run_coroutine_threadsafe(handle.read_unconfirmed(*run), loop)
 
     pending: concurrent.futures.Future[list[LedgerEntry]] | None = None
-    try:
-        rows = BatchColumns()
+
+    def read() -> Iterator[list[LedgerEntry]]:
+        """Each run's entries, the next run's read in flight meanwhile."""
+        nonlocal pending
         pending = submit(runs[0]) if runs else None
         for i in range(len(runs)):
             assert pending is not None
             entries = pending.result()
             pending = submit(runs[i + 1]) if i + 1 < len(runs) else None
-            for entry in entries:
-                add_entry(
-                    rows, entry.data, segment, entry.entry_id, p.start_sequence_id, lower, upper
-                )
-                if len(rows) >= batch_rows or rows.nbytes >= BATCH_BYTES:
-                    yield _batch(p.stream, segment, *rows.take())
-        if len(rows):
-            yield _batch(p.stream, segment, *rows.take())
+            yield entries
+
+    try:
+        yield from batches(read(), p, batch_rows=batch_rows)
     finally:
         if pending is not None:
             pending.cancel()

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlog.errors import InvalidRecordError
+from dlog.ledger.read_handle import LedgerEntry
 from dlog.record import (
     FLAG_CONTROL,
     FLAG_END_OF_STREAM,
@@ -28,7 +29,8 @@ from dlog.record import (
 )
 from dlog.spark import columns
 from dlog.spark.columns import BatchColumns, EntryColumns, decode_entry_columns
-from dlog.spark.reader import ARROW_SCHEMA, _batch, _kept, add_entry
+from dlog.spark.planning import DlogPartition
+from dlog.spark.reader import ARROW_SCHEMA, _batch, _kept, add_entry, batches
 
 
 @pytest.fixture(autouse=True, scope="module", params=["c", "python"])
@@ -225,3 +227,32 @@ def test_rows_added_from_sliced_columns_are_read_from_their_offset() -> None:
     assert batch_rows(rows.take()) == [(5, 0, 0, b""), (5, 1, 1, b"1")] + [
         (9, i, i, b"%d" % i * i) for i in (6, 7, 8)
     ]
+
+
+def partition_of(entries: int, lower: tuple[int, int, int], upper: tuple[int, int, int]) -> Any:
+    return DlogPartition("s", SEGMENT, 99, 1, 0, entries - 1, lower, upper, "zk://x/ledgers")
+
+
+def test_batches_are_cut_at_the_entry_that_reaches_the_rows_or_the_bytes() -> None:
+    """A batch ends with the entry that brings it to batch_rows rows or
+    batch_bytes of payloads (int32 offsets: a batch's payloads must stay
+    under 2 GiB), and no row is lost or repeated across the cuts."""
+    sizes = [(10, 1), (10, 1), (1, 500), (3, 1), (2, 300), (5, 1)]  # (records, bytes each)
+    runs = []
+    for entry_id, (count, size) in enumerate(sizes):
+        writer = RecordSetWriter()
+        for i in range(count):
+            writer.append(LogRecord(i, bytes([entry_id]) * size))
+        runs.append(LedgerEntry(99, entry_id, writer.build(), 0))
+    part = partition_of(len(sizes), (SEGMENT, -1, 0), (SEGMENT, len(sizes), 0))
+    got = list(batches([runs[:2], runs[2:5], runs[5:]], part, batch_rows=15, batch_bytes=400))
+    assert [b.column("entry").to_pylist() for b in got] == [
+        [0] * 10 + [1] * 10,  # 20 rows >= 15
+        [2],  # 500 bytes >= 400
+        [3, 3, 3, 4, 4],  # 603 bytes >= 400
+        [5] * 5,  # the rest
+    ]
+    for batch in got:
+        assert batch.column("payload").to_pylist() == [
+            bytes([e]) * sizes[e][1] for e in batch.column("entry").to_pylist()
+        ]
