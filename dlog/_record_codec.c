@@ -3,10 +3,12 @@
  *
  * Two loops run once per record on every write and every read: appending
  * plain records to an entry (RecordSetWriter.append_many) and decoding an
- * entry's records (decode_entry). Two more run once per row in the Spark
- * source's executors: an entry's records as columns (dlog.spark.columns)
- * and the rows' DLSN texts (dlog.spark.reader). This module does exactly
- * those loops for the common case and nothing else. Anything unusual -- a flagged record,
+ * entry's records (decode_entry). Three more run once per row in the Spark
+ * source's executors: an entry's records as columns, or written straight
+ * into a batch's buffers (dlog.spark.columns), and the rows' DLSN texts
+ * (dlog.spark.reader). This module does exactly those loops for the common
+ * case and nothing else (append_rows also skips control and end-of-stream
+ * records, as the source's filter does). Anything unusual -- a flagged record,
  * a record set, a malformed header, a value out of range, an object of an
  * unexpected type -- is handed back to the pure-Python code in
  * dlog/record.py, which stays complete and authoritative: it raises the
