@@ -323,6 +323,37 @@ append_plain(PyObject *self, PyObject *args)
                          done ? Py_True : Py_False);
 }
 
+#define FLAG_CONTROL 0x1
+#define FLAG_END_OF_STREAM 0x2
+
+/*
+ * Whether ``buf[off:n]`` is plain, well-formed records only (no record set,
+ * no bad header, none truncated); if so, ``*count`` and ``*total`` are the
+ * records, and their payload bytes, that have none of the ``skip`` flags.
+ */
+static int
+scan_plain(const unsigned char *buf, Py_ssize_t off, Py_ssize_t n, uint64_t skip,
+           Py_ssize_t *count, Py_ssize_t *total)
+{
+    *count = *total = 0;
+    while (off < n) {
+        if (n - off < RECORD_HEADER_SIZE)
+            return 0;
+        uint64_t metadata = get_u64(buf + off);
+        int32_t length = (int32_t)get_u32(buf + off + 16);
+        Py_ssize_t start = off + RECORD_HEADER_SIZE;
+        if ((metadata & METADATA_INVALID_MASK) || (metadata & FLAG_RECORD_SET) || length < 0 ||
+            length > n - start)
+            return 0;
+        if (!(metadata & skip)) {
+            *total += length;
+            *count += 1;
+        }
+        off = start + length;
+    }
+    return 1;
+}
+
 /*
  * plain_columns(buf) -> (positions, txids, flags, offsets, data, any_flags) | None
  *
@@ -343,20 +374,9 @@ plain_columns(PyObject *self, PyObject *args)
     const unsigned char *buf = view.buf;
     const Py_ssize_t n = view.len;
     /* First pass: check every record and size the columns. */
-    Py_ssize_t off = 0, count = 0, total = 0;
-    while (off < n) {
-        if (n - off < RECORD_HEADER_SIZE)
-            goto fallback;
-        uint64_t metadata = get_u64(buf + off);
-        int32_t length = (int32_t)get_u32(buf + off + 16);
-        Py_ssize_t start = off + RECORD_HEADER_SIZE;
-        if ((metadata & METADATA_INVALID_MASK) || (metadata & FLAG_RECORD_SET) || length < 0 ||
-            length > n - start)
-            goto fallback;
-        total += length;
-        count += 1;
-        off = start + length;
-    }
+    Py_ssize_t off, count, total;
+    if (!scan_plain(buf, 0, n, 0, &count, &total))
+        goto fallback;
     if (total > INT32_MAX_)
         goto fallback;
     PyObject *positions = PyBytes_FromStringAndSize(NULL, 8 * count);
@@ -403,9 +423,6 @@ fallback:
     Py_RETURN_NONE;
 }
 
-#define FLAG_CONTROL 0x1
-#define FLAG_END_OF_STREAM 0x2
-
 /*
  * append_rows(buf, start, entry_id, entries, slots, txids, offsets, data, rows, nbytes)
  *     -> (rows added, bytes added, written) | None
@@ -441,22 +458,9 @@ append_rows(PyObject *self, PyObject *args)
         goto done;
     }
     /* First pass: check every record and size the rows kept. */
-    Py_ssize_t off = start, kept = 0, total = 0;
-    while (off < n) {
-        if (n - off < RECORD_HEADER_SIZE)
-            goto fallback;
-        uint64_t metadata = get_u64(buf + off);
-        int32_t length = (int32_t)get_u32(buf + off + 16);
-        Py_ssize_t begin = off + RECORD_HEADER_SIZE;
-        if ((metadata & METADATA_INVALID_MASK) || (metadata & FLAG_RECORD_SET) || length < 0 ||
-            length > n - begin)
-            goto fallback;
-        if (!(metadata & (FLAG_CONTROL | FLAG_END_OF_STREAM))) {
-            total += length;
-            kept += 1;
-        }
-        off = begin + length;
-    }
+    Py_ssize_t off, kept, total;
+    if (!scan_plain(buf, start, n, FLAG_CONTROL | FLAG_END_OF_STREAM, &kept, &total))
+        goto fallback;
     if (total > INT32_MAX_ - nbytes) {
         PyErr_SetString(PyExc_OverflowError,
                         "append_rows: the batch's payloads pass 2 GiB (int32 offsets)");
