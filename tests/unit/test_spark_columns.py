@@ -14,7 +14,6 @@ plain entries into columns, and with the Python paths alone.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
 from typing import Any
 
 import lz4.block
@@ -34,18 +33,7 @@ from dlog.record import (
 from dlog.spark import columns
 from dlog.spark.columns import MIN_RUN, EntryColumns, decode_entry_columns
 
-
-@pytest.fixture(autouse=True, scope="module", params=["c", "python"])
-def codec(request: pytest.FixtureRequest) -> Iterator[str]:
-    """The C codec, or none (module-scoped: hypothesis tests share it)."""
-    built = columns._codec
-    assert built is not None, "dlog._record_codec is not built (make install builds it)"
-    columns._codec = built if request.param == "c" else None
-    try:
-        yield request.param
-    finally:
-        columns._codec = built
-
+pytestmark = pytest.mark.usefixtures("spark_codec")  # with the C codec and without
 
 TXIDS = st.integers(min_value=-(2**63), max_value=MAX_TXID - 1)
 CODECS = st.sampled_from(["none", "lz4"])
@@ -276,7 +264,7 @@ def spy_uniform_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def test_plain_entries_are_cut_by_the_codec_and_the_rest_handed_back(
-    monkeypatch: pytest.MonkeyPatch, codec: str
+    monkeypatch: pytest.MonkeyPatch, spark_codec: str
 ) -> None:
     """With the C codec, an entry of plain records (control and end-of-stream
     ones too) never reaches the Python paths; an entry holding a record set
@@ -288,7 +276,7 @@ def test_plain_entries_are_cut_by_the_codec_and_the_rest_handed_back(
     writer.append(LogRecord.control_record(99))
     writer.append(LogRecord.end_of_stream_marker())
     assert same(writer.build(), True) == 102
-    assert calls == ([] if codec == "c" else [100])
+    assert calls == ([] if spark_codec == "c" else [100])
 
     calls.clear()
     writer = RecordSetWriter()

@@ -9,7 +9,6 @@ Python paths alone.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -27,23 +26,11 @@ from dlog.record import (
     build_record_set,
     decode_entry,
 )
-from dlog.spark import columns
 from dlog.spark.columns import BatchColumns, EntryColumns, decode_entry_columns
 from dlog.spark.planning import DlogPartition
 from dlog.spark.reader import ARROW_SCHEMA, _batch, _kept, add_entry, batches
 
-
-@pytest.fixture(autouse=True, scope="module", params=["c", "python"])
-def codec(request: pytest.FixtureRequest) -> Iterator[str]:
-    """The C codec, or none (module-scoped: hypothesis tests share it)."""
-    built = columns._codec
-    assert built is not None, "dlog._record_codec is not built (make install builds it)"
-    columns._codec = built if request.param == "c" else None
-    try:
-        yield request.param
-    finally:
-        columns._codec = built
-
+pytestmark = pytest.mark.usefixtures("spark_codec")  # with the C codec and without
 
 SEGMENT, ENTRY = 4, 7
 KINDS = st.lists(st.sampled_from(["user", "user", "user", "control"]), min_size=1, max_size=40)
@@ -199,7 +186,7 @@ def test_batches_hold_every_kept_row_of_every_entry_in_order(
     assert dlsns == []
 
 
-def test_plain_entries_go_straight_into_the_columns(codec: str) -> None:
+def test_plain_entries_go_straight_into_the_columns(spark_codec: str) -> None:
     """With the C codec, an entry of plain records inside the bounds is
     written into the batch's columns without decoding it into arrays."""
     writer = RecordSetWriter()
@@ -208,8 +195,8 @@ def test_plain_entries_go_straight_into_the_columns(codec: str) -> None:
     writer.append(LogRecord.control_record(50))
     data = writer.build()
     rows = BatchColumns()
-    assert rows.add_plain(data, 3) is (codec == "c")
-    if codec == "c":
+    assert rows.add_plain(data, 3) is (spark_codec == "c")
+    if spark_codec == "c":
         assert batch_rows(rows.take()) == [(3, i, i, b"p%d" % i) for i in range(50)]
 
 
