@@ -66,6 +66,8 @@ class Responder(Protocol):
 
     def send_bytes(self, data: bytes) -> None: ...
 
+    def send_parts(self, parts: tuple[bytes, ...]) -> None: ...
+
 
 class RequestProcessor:
     def __init__(self, bookie: Bookie) -> None:
@@ -204,8 +206,10 @@ class RequestProcessor:
             hit = self.bookie.cached_read(rr.ledgerId, rr.entryId)
             if hit is not None:
                 status, body, lac = hit
-                conn.send(
-                    m.read_response(req.header.txnId, status, rr.ledgerId, rr.entryId, body, lac)
+                conn.send_parts(
+                    m.encode_read_response(
+                        req.header.txnId, status, rr.ledgerId, rr.entryId, body, lac
+                    )
                 )
                 self._count(m.READ_ENTRY, status)
                 self._read_started()
@@ -231,7 +235,7 @@ class RequestProcessor:
                     eid = want
                 else:
                     body = None
-            conn.send(m.read_response(txn, status, lid, eid, body, lac))
+            conn.send_parts(m.encode_read_response(txn, status, lid, eid, body, lac))
             self._count(m.READ_ENTRY, status)
         except Exception:
             log.exception("long poll of ledger %d entry %d failed", lid, eid)
@@ -253,7 +257,9 @@ class RequestProcessor:
             # A read of entry -1 answers entryId -1 whatever entry it
             # returns, as upstream's ReadEntryProcessorV3 does (the entry's
             # own id is in its body).
-            conn.send(m.read_response(txn, status, lid, eid, body if status == EOK else None, lac))
+            conn.send_parts(
+                m.encode_read_response(txn, status, lid, eid, body if status == EOK else None, lac)
+            )
             self.metrics.read_latency.observe(time.monotonic() - t0)
             self._count(m.READ_ENTRY, status)
         except Exception:

@@ -60,6 +60,28 @@ CLOSE_GRACE_SECONDS = 10.0
 LINGER_SECONDS = 2.0
 #: Repeated close reasons are logged at most once per this many seconds.
 LOG_EVERY = 10.0
+#: A response part at least this large is written as it is, not joined.
+LARGE_PART = 64 * 1024
+
+
+def coalesce(pieces: list[bytes]) -> list[bytes]:
+    """``pieces`` with each run of parts under :data:`LARGE_PART` joined:
+    one write of few buffers, without copying the large ones."""
+    out: list[bytes] = []
+    run: list[bytes] = []
+    for piece in pieces:
+        if not piece:
+            continue
+        if len(piece) < LARGE_PART:
+            run.append(piece)
+            continue
+        if run:
+            out.append(b"".join(run))
+            run = []
+        out.append(piece)
+    if run:
+        out.append(b"".join(run))
+    return out
 
 
 class _CloseLog:
@@ -92,6 +114,7 @@ class BookieConnection(asyncio.Protocol):
         #: Why the connection stopped taking requests (None while it takes them).
         self.close_reason: str | None = None
         self._out: list[bytes] = []
+        self._out_large = False  # _out holds a part to write as it is (send_parts)
         self._flush_handle: asyncio.Handle | None = None
         self._paused_for: set[str] = set()
         self._loop = asyncio.get_running_loop()
@@ -237,11 +260,23 @@ class BookieConnection(asyncio.Protocol):
 
     def send_bytes(self, data: bytes) -> None:
         """Queue an encoded Response; writes are coalesced per loop iteration."""
+        self._queue((len(data).to_bytes(4, "big"), data))
+
+    def send_parts(self, parts: tuple[bytes, ...]) -> None:
+        """Queue a Response encoded in parts (an entry between its head and
+        tail): a large one is written as its parts, never joined (copied)."""
+        size = sum(map(len, parts))
+        if size < LARGE_PART:
+            self._queue((size.to_bytes(4, "big"), b"".join(parts)))
+        else:
+            self._out_large = True
+            self._queue((size.to_bytes(4, "big"), *parts))
+
+    def _queue(self, pieces: tuple[bytes, ...]) -> None:
         self._outstanding = max(self._outstanding - 1, 0)
         if self.closed or self._eof_sent:
             return
-        self._out.append(len(data).to_bytes(4, "big"))
-        self._out.append(data)
+        self._out.extend(pieces)
         if self._flush_handle is None:
             self._flush_handle = self._loop.call_soon(self._flush)
         if not self._outstanding:
@@ -253,7 +288,11 @@ class BookieConnection(asyncio.Protocol):
         self._flush_handle = None
         if self._out and not self.closed and not self._eof_sent and self.transport is not None:
             out, self._out = self._out, []
-            self.transport.write(b"".join(out))
+            if self._out_large:
+                self._out_large = False
+                self.transport.writelines(coalesce(out))
+            else:
+                self.transport.write(b"".join(out))
 
     # -- limits and timers --------------------------------------------------------------
     def _account(self, old: int, got_frames: bool, now: float) -> None:

@@ -4,6 +4,7 @@ BookKeeper v3 requests over TCP."""
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import struct
 import time
@@ -290,6 +291,43 @@ async def test_malformed_frames_close_only_that_connection(make_bookie) -> None:
     assert bookie.metrics.closed_connections.get(("frame_too_large",)) == 1
     assert bookie.metrics.closed_connections.get(("undecodable",)) == 1
     await good.close()
+
+
+async def test_large_and_small_read_answers_share_a_connection(make_bookie, monkeypatch) -> None:
+    """An entry of LARGE_PART bytes or more goes out as its parts (the
+    stored bytes themselves between the response's head and tail), small
+    answers joined around it: pipelined on one connection, every answer
+    arrives whole in its own frame, matched to its request, from the write
+    cache and from entry logs alike."""
+    batches: list[list[bytes]] = []
+    real = server_module.coalesce
+
+    def recording(pieces: list[bytes]) -> list[bytes]:
+        batches.append(pieces)
+        return real(pieces)
+
+    monkeypatch.setattr(server_module, "coalesce", recording)
+    bookie = await make_bookie()
+    c = await connect(bookie)
+    large = server_module.LARGE_PART
+    sizes = [10, large - 200, large, 300_000, 5, 1_000_000, 17]
+    bodies = [entry(9, i, payload=os.urandom(n)) for i, n in enumerate(sizes)]
+    for i, body in enumerate(bodies):
+        assert (await c.add_entry(9, i, KEY, body)).status == EOK
+    for source in ("write cache", "entry logs"):
+        order = [*range(len(sizes))] * 3
+        batches.clear()
+        answers = await asyncio.gather(*(c.read_entry(9, i) for i in order))
+        assert [a.status for a in answers] == [EOK] * len(order), source
+        assert [a.readResponse.entryId for a in answers] == order, source
+        assert [a.readResponse.body for a in answers] == [bodies[i] for i in order], source
+        assert {a.readResponse.maxLAC for a in answers} == {len(sizes) - 2}, source
+        assert sum(len(p) >= large for b in batches for p in b) == 3 * 3, source  # not joined
+        await bookie.core.checkpointer.checkpoint()
+        for s in bookie.core.storage.dirs:
+            s.read_cache = type(s.read_cache)(0)
+            assert s.write_cache_count == 0
+    await c.close()
 
 
 def count_parses(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> list[int]:

@@ -223,3 +223,28 @@ def test_other_requests_are_not_adds() -> None:
         m.write_close_request(1, 2, b"k" * 20),
     ):
         assert m.decode_add_request(req.SerializeToString()) is None
+
+
+# -- the read response, in parts -------------------------------------------------------
+
+maybe_lac = st.one_of(st.none(), int64)
+
+
+@settings(max_examples=300)
+@given(txns, statuses, ids, ids, st.one_of(st.none(), st.binary(max_size=300)), maybe_lac)
+def test_read_response_parts_match_protobuf(
+    txn: int, status: int, lid: int, eid: int, body: bytes | None, lac: int | None
+) -> None:
+    expected = m.read_response(txn, status, lid, eid, body, lac).SerializeToString()
+    head, sent, tail = m.encode_read_response(txn, status, lid, eid, body, lac)
+    assert head + sent + tail == expected
+    if body:
+        assert sent is body  # the entry itself, never a copy of it
+
+
+def test_a_large_read_response_parses_as_protobuf() -> None:
+    body = bytes(range(256)) * 1000
+    resp = m.Response.FromString(b"".join(m.encode_read_response(3, 0, 9, 4, body, 7)))
+    rr = resp.readResponse
+    assert (resp.header.txnId, resp.header.operation, resp.status) == (3, m.READ_ENTRY, 0)
+    assert (rr.ledgerId, rr.entryId, rr.body, rr.maxLAC) == (9, 4, body, 7)
