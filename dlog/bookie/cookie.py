@@ -30,6 +30,22 @@ SEPARATOR = "\t"
 _LAYOUT_VERSION = re.compile(r"[+-]?[0-9]{1,9}", re.ASCII)
 #: What Java's String.trim() removes: every char up to and including space.
 _JAVA_TRIM = "".join(map(chr, range(33)))
+#: The escapes of protobuf's text format that BookKeeper's parser (Java's
+#: TextFormat) and Python's both read, and read alike. Any other backslash
+#: sequence is refused, as Java refuses it: Python's parser would keep it
+#: as text, with only a DeprecationWarning.
+_ESCAPE = re.compile(r"""\\(?:[abfnrtv\\'"]|[0-7]|x[0-9a-fA-F]|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})""")
+
+
+def _bad_escape(text: str) -> str | None:
+    """The first backslash sequence in ``text`` that is no valid escape, or None."""
+    pos = text.find("\\")
+    while pos >= 0:
+        match = _ESCAPE.match(text, pos)
+        if match is None:
+            return text[pos : pos + 2]
+        pos = text.find("\\", match.end())
+    return None
 
 
 def encode_dirs(dirs: list[str]) -> str:
@@ -85,6 +101,9 @@ class Cookie:
             return cls(lines[0], lines[1], lines[2], None, 3)
         if version < 3:
             raise InvalidCookieError(f"{where}: cookie layout version {version} is too old")
+        bad = _bad_escape(rest)
+        if bad is not None:
+            raise InvalidCookieError(f"{where}: cookie is not readable: invalid escape {bad!r}")
         fmt = CookieFormat()
         try:
             text_format.Parse(rest, fmt)

@@ -146,6 +146,7 @@ def test_garbage_rejected(data: bytes) -> None:
     assert "/some/VERSION" in str(exc.value)
 
 
+@pytest.mark.filterwarnings("error")
 @settings(max_examples=300, deadline=None)
 @given(data=st.binary(max_size=200))
 def test_random_bytes_decode_or_invalid_cookie(data: bytes) -> None:
@@ -154,6 +155,40 @@ def test_random_bytes_decode_or_invalid_cookie(data: bytes) -> None:
     except InvalidCookieError:
         return
     assert c.layout_version >= 3
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("escape", ["\\q", "\\?", "\\8", "\\x", "\\xg", "\\u12", "\\U0041"])
+def test_invalid_escapes_rejected_as_bookkeeper_does(escape: str) -> None:
+    """Java's TextFormat refuses a backslash sequence it does not know;
+    Python's would keep it as text with a DeprecationWarning."""
+    data = f'5\nbookieHost: "h{escape}"\njournalDir: "/j"\nledgerDirs: "1\\t/l"\n'.encode()
+    with pytest.raises(InvalidCookieError, match="invalid escape"):
+        Cookie.decode(data, "/some/VERSION")
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize(
+    ("escape", "value"),
+    [("\\t", "\t"), ("\\\\", "\\"), ("\\'", "'"), ('\\"', '"'), ("\\101", "A"),
+     ("\\x41", "A"), ("\\u00e9", "\u00e9"), ("\\U0001F600", "\U0001F600"), ("\\303\\251", "\u00e9")],
+)  # fmt: skip
+def test_valid_escapes_read(escape: str, value: str) -> None:
+    data = f'5\nbookieHost: "h{escape}"\njournalDir: "/j"\nledgerDirs: "1\\t/l"\n'.encode()
+    assert Cookie.decode(data, "v").bookie_id == "h" + value
+
+
+@pytest.mark.filterwarnings("error")
+@settings(max_examples=300, deadline=None)
+@given(host=st.text(alphabet="\\abfnrtvxuU01789?\"'qA", max_size=12))
+def test_any_escapes_decode_or_invalid_cookie(host: str) -> None:
+    """Whatever follows a backslash: a cookie, or InvalidCookieError (never
+    a warning or another exception)."""
+    data = f'5\nbookieHost: "{host}"\njournalDir: "/j"\nledgerDirs: "1\\t/l"\n'.encode()
+    try:
+        Cookie.decode(data, "fuzz")
+    except InvalidCookieError:
+        pass
 
 
 def test_mismatch_messages() -> None:
