@@ -283,6 +283,10 @@ class LogRecordWithDLSN(LogRecord):
     """A record as read back: adds its DLSN, position and sequence id.
 
     Built by :func:`decode_entry` without re-validating fields it just parsed.
+    Those the C codec builds (and their DLSNs) are left out of the cyclic
+    garbage collector, as CPython leaves out tuples of plain values: they
+    hold only ints and bytes, and a reader makes them by the hundred
+    thousand a second. Do not store in one an object that refers back to it.
     """
 
     __slots__ = ("dlsn", "position", "sequence_id")
