@@ -9,6 +9,7 @@ client decides whether to reconnect or to treat the bookie as failed.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import logging
 from collections.abc import Callable
@@ -122,6 +123,9 @@ class BookieClient:
         self._out: list[bytes] = []
         self._flush_handle: asyncio.Handle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: The context of this connection's timers and writes (it lives on
+        #: one loop): not a copy of the sender's context per request.
+        self._context = contextvars.Context()
         self.closed = False
 
     @property
@@ -216,14 +220,16 @@ class BookieClient:
                 BookieHandleNotAvailableError(f"not connected to bookie {self.address}")
             )
             return fut
-        timer = loop.call_later(timeout, self._expire, txn) if timeout else None
+        timer = (
+            loop.call_later(timeout, self._expire, txn, context=self._context) if timeout else None
+        )
         self._pending[txn] = (fut, timer, add)
         self._out.append(len(data).to_bytes(4, "big"))
         self._out.append(data)
         if now:
             self._flush()  # a pass already scheduled finds nothing left
         elif self._flush_handle is None:
-            self._flush_handle = loop.call_soon(self._flush)
+            self._flush_handle = loop.call_soon(self._flush, context=self._context)
         return fut
 
     def send_raw(self, payload: bytes) -> None:

@@ -43,6 +43,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Iterable
@@ -137,6 +139,10 @@ class WriteHandle:
         self._closing = False
         self._closed = False
         self._timeout = client.conf.add_entry_timeout_sec
+        #: The context the bookies' answers are handled in: this handle's
+        #: own, not a copy of whatever context each add was sent from (a
+        #: copy per add and bookie otherwise; the handle lives on one loop).
+        self._context = contextvars.Context()
         self._tasks = BackgroundTasks(self._loop)
         self._drained: list[asyncio.Future[None]] = []
         self.ensemble_changes = 0
@@ -252,7 +258,9 @@ class WriteHandle:
             recovery=self._recovery,
             timeout=self._timeout,
         )
-        fut.add_done_callback(lambda f: self._on_response(op, idx, gen, bookie, f))
+        fut.add_done_callback(
+            functools.partial(self._on_response, op, idx, gen, bookie), context=self._context
+        )
 
     async def _connect_and_send(self, op: PendingAdd, idx: int, gen: int, bookie: str) -> None:
         try:
