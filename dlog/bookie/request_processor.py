@@ -239,7 +239,7 @@ class RequestProcessor:
             self._count(m.READ_ENTRY, status)
         except Exception:
             log.exception("long poll of ledger %d entry %d failed", lid, eid)
-            conn.send(m.read_response(txn, EIO, lid, eid))
+            conn.send_parts(m.encode_read_response(txn, EIO, lid, eid))
             self._count(m.READ_ENTRY, EIO)
 
     async def _read_async(self, req: Request, conn: Responder, flag: int) -> None:
@@ -264,7 +264,7 @@ class RequestProcessor:
             self._count(m.READ_ENTRY, status)
         except Exception:
             log.exception("read of ledger %d entry %d failed", lid, eid)
-            conn.send(m.read_response(txn, EIO, lid, eid))
+            conn.send_parts(m.encode_read_response(txn, EIO, lid, eid))
             self._count(m.READ_ENTRY, EIO)
         finally:
             self._read_done()

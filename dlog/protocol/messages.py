@@ -402,10 +402,6 @@ def encode_add_response(txn_id: int, status: int, ledger_id: int, entry_id: int)
     )
 
 
-#: Response.status (2), then readResponse's tag (field 100, length-delimited).
-_READ_STATUS_THEN_TAG = {s: b"\x10" + _varint(s) + b"\xa2\x06" for s in pb.StatusCode.values()}
-
-
 def encode_read_response(
     txn_id: int,
     status: int,
@@ -428,11 +424,10 @@ def encode_read_response(
     else:
         fields += b"\x22" + _varint(len(body))  # body (4), then maxLAC (5): number order
     tail = b"" if max_lac is None else b"\x28" + _varint(max_lac)
-    status_then_tag = _READ_STATUS_THEN_TAG.get(status) or b"\x10" + st + b"\xa2\x06"
     head = b"".join(
         (
             _header_bytes(READ_ENTRY, txn_id),
-            status_then_tag,
+            b"\x10" + st + b"\xa2\x06",  # Response.status, then readResponse's tag (100)
             _varint(len(fields) + len(body) + len(tail)),
             fields,
         )

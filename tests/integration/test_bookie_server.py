@@ -18,6 +18,7 @@ from dlog.bookie.service import BookieService
 from dlog.errors import (
     EBADREQ,
     EFENCED,
+    EIO,
     ENOENTRY,
     ENOLEDGER,
     EOK,
@@ -327,6 +328,33 @@ async def test_large_and_small_read_answers_share_a_connection(make_bookie, monk
         for s in bookie.core.storage.dirs:
             s.read_cache = type(s.read_cache)(0)
             assert s.write_cache_count == 0
+    await c.close()
+
+
+async def test_a_read_that_fails_inside_the_bookie_is_answered_eio(
+    make_bookie, monkeypatch
+) -> None:
+    """A read (or long poll) the bookie fails on with an unexpected error is
+    still answered, EIO to its txn, and the connection goes on serving."""
+    bookie = await make_bookie()
+    c = await connect(bookie)
+    assert await add(c, 4, 0) == EOK
+    await bookie.core.checkpointer.checkpoint()  # from entry logs: the path that awaits
+    for s in bookie.core.storage.dirs:
+        s.read_cache = type(s.read_cache)(0)
+
+    async def broken(*args: object, **kw: object) -> object:
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(bookie.core, "read_entry", broken)
+    monkeypatch.setattr(bookie.core, "wait_for_lac", broken)
+    r = await c.read_entry(4, 0, timeout=10)
+    assert (r.status, r.readResponse.entryId, r.readResponse.HasField("body")) == (EIO, 0, False)
+    poll = await c.read_entry(4, 1, previous_lac=0, long_poll_timeout_ms=100, timeout=10)
+    assert (poll.status, poll.readResponse.entryId) == (EIO, 1)
+    monkeypatch.undo()
+    r = await c.read_entry(4, 0)
+    assert r.status == EOK and r.readResponse.body == entry(4, 0)
     await c.close()
 
 
