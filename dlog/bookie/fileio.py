@@ -51,7 +51,7 @@ def _fail(point: str, action: str) -> None:
     failpoints.act(point, action)
 
 
-def pwritev(fd: int, parts: Sequence[bytes], offset: int, point: str) -> int:
+def pwritev(fd: int, parts: Sequence[bytes | memoryview], offset: int, point: str) -> int:
     """Write ``parts`` contiguously at ``offset``, completing short writes;
     returns the bytes written (all of them, or an OSError)."""
     action = _armed(point)

@@ -121,14 +121,14 @@ class JournalFile:
             os.close(self.fd)
             self.fd = -1
 
-    def write_batch(self, groups: Sequence[tuple[int, Sequence[bytes]]]) -> float:
+    def write_batch(self, groups: Sequence[tuple[int, Sequence[bytes | memoryview]]]) -> float:
         """Write ``groups`` (each ``(records, parts)``; the parts are length
         prefixes and records) and, with ``journalSyncData``, sync them all
         with one fdatasync; returns when (``time.monotonic``) the writes were
         done. Raises OSError; the file is then not to be used again before
         :meth:`reopen`."""
         s = self.settings
-        buffered: list[bytes] = []  # bytes not yet written, ending at self.offset
+        buffered: list[bytes | memoryview] = []  # bytes not yet written, ending at self.offset
         nbuffered = 0
         records = 0
         for count, parts in groups:
@@ -172,15 +172,15 @@ class JournalFile:
         return written
 
     def _write_buffered(
-        self, parts: list[bytes], nbytes: int, *, final: bool
-    ) -> tuple[list[bytes], int]:
+        self, parts: list[bytes | memoryview], nbytes: int, *, final: bool
+    ) -> tuple[list[bytes | memoryview], int]:
         """Write the ``nbytes`` of ``parts`` (they end at ``self.offset``) in
         writes of ``journalWriteBufferSizeKB``, as BookKeeper's journal fills
         its write buffer and writes it out when full: every full buffer, and
         the last partial one too when ``final``. Returns what is left."""
         size = self.settings.write_buffer
         offset = self.offset - nbytes
-        chunk: list[bytes] = []
+        chunk: list[bytes | memoryview] = []
         filled = 0
         for part in parts:
             if filled + len(part) < size:  # the common case: no copy, no slicing
@@ -190,7 +190,7 @@ class JournalFile:
             view = memoryview(part)
             while len(view):
                 take = min(len(view), size - filled)
-                chunk.append(view[:take])  # type: ignore[arg-type]  # pwritev takes any buffer
+                chunk.append(view[:take])
                 view = view[take:]
                 filled += take
                 if filled == size:
@@ -202,7 +202,7 @@ class JournalFile:
             chunk, filled = [], 0
         return chunk, filled
 
-    def _write_parts(self, parts: list[bytes], offset: int) -> None:
+    def _write_parts(self, parts: list[bytes | memoryview], offset: int) -> None:
         """Write ``parts`` contiguously at ``offset`` with as few syscalls as
         the iovec limit allows; the kernel gathers them (no join in Python)."""
         fileio.pwritev(self.fd, parts, offset, "journal.write")

@@ -86,7 +86,7 @@ class _Writer:
         self.failed: OSError | None = None
         self.reopen = False
 
-    def write(self, batch: list[tuple[int, list[bytes]]], taken: float) -> None:
+    def write(self, batch: list[tuple[int, list[bytes | memoryview]]], taken: float) -> None:
         """Write and sync ``batch``, then answer it."""
         self.answered += len(batch)
         if self.failed is not None:
@@ -113,7 +113,7 @@ class _Writer:
         if req.kind == jp.RESUME:
             self.failed, self.reopen = None, True
         elif req.kind == jp.FAILPOINTS:
-            failpoints.configure(req.payload.decode())
+            failpoints.configure(bytes(req.payload).decode())
 
 
 def serve(req_fd: int, ack_fd: int, jfile: JournalFile) -> None:
@@ -122,15 +122,21 @@ def serve(req_fd: int, ack_fd: int, jfile: JournalFile) -> None:
     groups ends a batch: it applies to the groups after it."""
     reader = jp.RequestReader()
     writer = _Writer(ack_fd, jfile)
+    # One buffer for every read: os.read would allocate READ_SIZE afresh
+    # each time, and the kernel would map and zero new pages for every group
+    # (about 0.1 ms of system time per 120 KB here). The groups read are
+    # written before the next read reuses it.
+    buffer = bytearray(READ_SIZE)
+    view = memoryview(buffer)
     while True:
-        data = os.read(req_fd, READ_SIZE)
-        if not data:
+        n = os.readv(req_fd, [buffer])
+        if not n:
             if reader.pending:
                 log.error("journal writer: the bookie went away in the middle of a request")
             return
         taken = time.monotonic()
-        batch: list[tuple[int, list[bytes]]] = []
-        for req in reader.feed(data):
+        batch: list[tuple[int, list[bytes | memoryview]]] = []
+        for req in reader.feed(view[:n]):
             if req.kind == jp.GROUP:
                 batch.append((req.records, [req.payload]))
                 continue

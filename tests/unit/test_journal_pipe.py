@@ -46,6 +46,27 @@ def test_requests_survive_any_chunking(sent: list[tuple[int, int, bytes]], cuts:
     assert reader.pending == 0
 
 
+@given(st.lists(requests, max_size=20), st.lists(st.integers(0, 10_000), max_size=30))
+def test_requests_survive_one_buffer_read_into_again(
+    sent: list[tuple[int, int, bytes]], cuts: list[int]
+) -> None:
+    """As the journal writer reads: every piece into the same buffer, the
+    requests it completed used up before the next read overwrites it. The
+    part of a request still incomplete must have been kept as a copy."""
+    data = b"".join(encode(*r) for r in sent)
+    reader = jp.RequestReader()
+    buffer = bytearray(10_001 + len(data))
+    view = memoryview(buffer)
+    got = []
+    for piece in chunked(data, cuts):
+        buffer[:] = bytes(len(buffer))  # what an earlier read left is gone
+        view[: len(piece)] = piece
+        got += [(r.kind, r.records, bytes(r.payload)) for r in reader.feed(view[: len(piece)])]
+        buffer[:] = b"\xff" * len(buffer)
+    assert got == sent
+    assert reader.pending == 0
+
+
 acks = st.builds(
     jp.Ack,
     st.integers(-1, 2**31 - 1),
