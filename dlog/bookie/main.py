@@ -33,6 +33,11 @@ def install_event_loop_policy() -> None:
 #: glibc's mallopt parameter for how much free memory at the top of the heap
 #: makes free() give it back to the kernel (128 KiB by default).
 M_TRIM_THRESHOLD = -1
+#: glibc's mallopt parameter for the size from which malloc maps memory of
+#: its own for a block (and unmaps it on free) instead of using the heap.
+M_MMAP_THRESHOLD = -3
+#: Blocks up to this size come from the heap (glibc's largest allowed value).
+MMAP_THRESHOLD = 32 * 1024 * 1024
 
 
 def keep_freed_memory() -> bool:
@@ -43,14 +48,22 @@ def keep_freed_memory() -> bool:
     trims it, unmapping hundreds of MB while holding the interpreter lock
     (13-43 ms measured on this project's VM, every add on the loop waiting),
     and the next half faults it all back in. A bookie's memory is bounded by
-    its caches anyway; keeping what it reached costs nothing more. False
-    where the C library has no mallopt (not glibc)."""
+    its caches anyway; keeping what it reached costs nothing more.
+
+    Blocks of 128 KiB and more (a socket read of a large entry, a journal
+    group) come from the heap too: setting the trim threshold turns off
+    glibc's own raising of the mapping threshold, and every such block was
+    mapped afresh and faulted in page by page (a 120 KB entry about 30
+    faults, each a few microseconds here). False where the C library has
+    no mallopt (not glibc)."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    return bool(mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
+    return bool(mallopt(M_TRIM_THRESHOLD, 2**31 - 1)) and bool(
+        mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    )
 
 
 def tune_runtime() -> None:
