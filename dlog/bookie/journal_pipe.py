@@ -52,8 +52,7 @@ def failpoints_request(spec: str) -> bytes:
 class Request:
     kind: int
     records: int
-    #: A GROUP's bytes are a view of what was fed to the reader (see
-    #: :meth:`RequestReader.feed`); a control request's are its own.
+    #: A view of what was fed to the reader (see :meth:`RequestReader.feed`).
     payload: bytes | memoryview
 
 
@@ -110,13 +109,9 @@ class RequestReader(_FrameReader):
             raise ValueError(f"journal pipe: unknown request kind {fields[0]}")
 
     def feed(self, data: bytes | memoryview) -> list[Request]:
-        """The requests ``data`` completes. A GROUP's payload is a view of
-        ``data`` when ``data`` is a view (valid until its buffer is reused);
-        control requests, which outlive the read, get bytes of their own."""
-        return [
-            Request(kind, records, body if kind == GROUP else bytes(body))
-            for (kind, records, _), body in self.frames(data)
-        ]
+        """The requests ``data`` completes; their payloads are views of
+        ``data`` when it is a view, valid until its buffer is reused."""
+        return [Request(kind, records, body) for (kind, records, _), body in self.frames(data)]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -634,6 +634,25 @@ async def test_io_failure_reports_eio_and_never_eok_after(
     assert jf.parse_ids(all_records(d)[0]) == (1, 0)
 
 
+async def test_failpoints_armed_after_start_reach_the_writer(
+    tmp_path: Path, journal_failpoints: Any
+) -> None:
+    """Failpoints a test arms once the writer process runs go to it over
+    the request pipe, ahead of the groups logged after them."""
+    d = jdir(tmp_path)
+    j = Journal(d, jconf(tmp_path))
+    await j.start()
+    try:
+        await _log_all(j, [record(1, 0, b"before")])
+        journal_failpoints("journal.write=eio")
+        c = Collector()
+        j.log(record(1, 1, b"after"), c.callback())
+        assert await c.wait() == [EIO]
+        assert j.failed is not None and "failpoint journal.write" in str(j.failed)
+    finally:
+        await j.close()
+
+
 async def test_groups_queued_behind_a_failed_write_never_succeed(
     tmp_path: Path, journal_failpoints: Any
 ) -> None:
