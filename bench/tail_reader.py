@@ -16,7 +16,8 @@ its reader is open, then takes commands on stdin, one per line:
 * ``measure FIRST``: records with txid >= FIRST are measured from now on;
 * ``until NEXT``: once every record before txid NEXT has been read (or 30 s
   have passed: an error), print one JSON line with the window's records,
-  latency percentiles, records read per second and errors;
+  latency percentiles, records read per second, the reader process's CPU
+  per record and errors;
 * ``split SPANS``: for the window ``until`` reported, one JSON line with
   the percentiles of its records sent during the flushes in SPANS (a JSON
   list of ``[start, end]`` pairs, ``time.monotonic`` seconds) and of the
