@@ -99,7 +99,7 @@ class Window:
         arrival less its send stamp."""
         if self._latencies is None or len(self._latencies) != self.count:
             sent = latency_log()
-            sent.frombytes(bytes(self.stamps))
+            sent.frombytes(self.stamps)
             if sys.byteorder == "little":
                 sent.byteswap()
             out = latency_log()
