@@ -388,10 +388,19 @@ class UnderreplicationManager:
         self._releasing[ledger_id] = lock
 
         async def later() -> None:
-            await asyncio.sleep(delay)
-            await self._delete_lock(lock.path)
-            if self._releasing.get(ledger_id) is lock:
-                del self._releasing[ledger_id]
+            try:
+                await asyncio.sleep(delay)
+                await self._delete_lock(lock.path)
+            except ZooKeeperError as e:
+                # Most likely the session went away, and the (ephemeral)
+                # lock with it; if not, a stale lock only makes the next
+                # acquire find the ledger taken until the session ends.
+                log.warning("ledger %d: could not release its lock: %s", ledger_id, e)
+            finally:
+                # Whatever became of the delete, the ledger is free again
+                # for this worker: kept here, it would be skipped for good.
+                if self._releasing.get(ledger_id) is lock:
+                    del self._releasing[ledger_id]
 
         self._spawn(later(), f"release lock of ledger {ledger_id}")
 

@@ -341,3 +341,21 @@ async def test_session_expiry_frees_locks_and_acquire_goes_on(
     assert await asyncio.wait_for(waiting, 20) == 2  # a's acquire() survived the expiry
     await a.mark_replicated(1)  # a's lock on 1 is gone: b's is left alone
     assert await b.lock_holder(1) == "b"
+
+
+async def test_a_delayed_release_that_fails_frees_the_ledger_all_the_same(
+    session: Sessions, root: str
+) -> None:
+    """The lock's delete fails (the session went away meanwhile, as in a
+    chaos run): the ledger must not stay barred from this worker for good.
+    Its lock was ephemeral, gone with the session; the next acquire on the
+    new session takes the ledger again."""
+    zk = await session()
+    urm = await manager(zk, root, "w")
+    await urm.mark(4, ["b:3181"])
+    assert await urm.acquire() == 4
+    await urm.release(4, delay=0.3)
+    await zk.stop()  # the delayed delete fails: no session
+    await asyncio.sleep(0.6)
+    await zk.start()
+    assert await asyncio.wait_for(urm.acquire(), 10) == 4
