@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from dlog.bookie.service import BookieService
+from dlog.conf.bookkeeper import ClientConfig
 from dlog.ledger.client import BookKeeper
 from dlog.protocol import bookie_service_info as bsi
 from dlog.protocol import messages as m
@@ -152,6 +153,32 @@ async def test_registration_changes_are_followed(
         await eventually(lambda: bk.write_close_outcomes.get(("success",)) == 2)
         assert bk.write_close_skipped.get() == 1
         assert [write_closes_received(b) for b in bookies] == [2, 2, 1]
+
+
+async def test_advisory_write_close_disabled_sends_none(make_bookie, ledgers_uri: str) -> None:
+    """``advisoryWriteCloseEnabled=false`` (for clusters whose bookies must
+    never see operation 100): closing a ledger sends no WRITE_CLOSE. A
+    second client with the default closes its own ledger afterwards, as a
+    witness: once each bookie counted the witness's hint, it is the only
+    one they ever got."""
+    bookies = [await make_bookie(f"b{i}") for i in range(3)]
+    off = ClientConfig.load(metadataServiceUri=ledgers_uri, advisoryWriteCloseEnabled=False)
+    async with BookKeeper(conf=off) as bk, BookKeeper(ledgers_uri) as witness:
+        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        for i in range(5):
+            await wh.append(b"%d" % i)
+        await wh.close()
+
+        other = await witness.create_ledger(3, 3, 2, password=b"pw")
+        await other.append(b"w")
+        await other.close()
+        await eventually(lambda: witness.write_close_outcomes.get(("success",)) == 1)
+        await eventually(lambda: all(write_closes_received(b) >= 1 for b in bookies))
+        assert [write_closes_received(b) for b in bookies] == [1, 1, 1]
+        assert bk.write_close_outcomes.values == {} and bk.write_close_skipped.get() == 0
+        # The ledger itself closed normally.
+        rh = await bk.open_ledger(wh.ledger_id, b"pw")
+        assert rh.is_closed and rh.last_add_confirmed == 4
 
 
 async def test_read_only_bookie_keeps_its_advertisement(make_bookie, ledgers_uri: str) -> None:
