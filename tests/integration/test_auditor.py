@@ -238,3 +238,39 @@ async def _has_orphan(bk: BookKeeper, ledger: int) -> bool:
     from dlog.ledger.orphans import list_orphaned
 
     return any(o.ledger_id == ledger for o in await list_orphaned(bk.zk, bk.uri.ledgers_root))
+
+
+async def test_the_orphan_audit_waits_out_orphaned_ledger_grace_period(
+    env: dict[str, Any],
+) -> None:
+    """A ledger closed with expectDeleteAfter two minutes ago is overdue for
+    an auditor with ``orphanedLedgerGracePeriod=60`` and not yet for one
+    with the default hour."""
+    from dlog.ledger.metadata import LedgerCloseContext, LedgerMetadata, LedgerState
+    from dlog.ledger.orphans import OrphanReason, list_orphaned
+
+    bk = env["bk"]
+    now_ms = int(time.time() * 1000)
+    ledger_id = 555_000_001
+    await bk.metadata_store.create(
+        LedgerMetadata(
+            ledger_id=ledger_id,
+            ensemble_size=1,
+            write_quorum_size=1,
+            ack_quorum_size=1,
+            ensembles=((0, (next(iter(env["bookies"])),)),),
+            ctime=now_ms - 600_000,
+            state=LedgerState.CLOSED,
+            last_entry_id=-1,
+            length=0,
+            close_context=LedgerCloseContext.inactive(expect_delete_after=now_ms - 120_000),
+        )
+    )
+    patient = await env["auditor"]()  # orphanedLedgerGracePeriod: 3600 s
+    assert await patient.audit_orphans() == 0
+    await patient.stop()
+
+    eager = await env["auditor"](orphanedLedgerGracePeriod=60)
+    assert await eager.audit_orphans() == 1
+    listed = await list_orphaned(bk.zk, bk.uri.ledgers_root)
+    assert [(o.ledger_id, o.reason) for o in listed] == [(ledger_id, OrphanReason.DELETE_OVERDUE)]
