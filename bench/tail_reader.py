@@ -103,20 +103,24 @@ class Window:
             if sys.byteorder == "little":
                 sent.byteswap()
             out = latency_log()
-            bounds = [i for _, i in self.batches[1:]] + [self.count]
-            for (arrived, a), b in zip(self.batches, bounds, strict=True):
+            for arrived, a, b in self._batch_ranges():
                 out.extend([arrived - s for s in sent[a:b]])
             self._latencies = out
         return self._latencies
+
+    def _batch_ranges(self) -> Iterator[tuple[int, int, int]]:
+        """(arrival, first, end) of each batch: its records' indexes."""
+        ends = [i for _, i in self.batches[1:]] + [self.count]
+        for (arrived, a), b in zip(self.batches, ends, strict=True):
+            yield arrived, a, b
 
     def by_flush(self, spans: list[tuple[float, float]]) -> dict[str, Any]:
         """Percentiles of the records sent while a bookie flushed (during
         one of ``spans``) and of the others."""
         lats = self.latencies
-        bounds = [i for _, i in self.batches[1:]] + [len(lats)]
 
         def samples() -> Iterator[tuple[float, float]]:
-            for (arrived, a), b in zip(self.batches, bounds, strict=True):
+            for arrived, a, b in self._batch_ranges():
                 for i in range(a, b):
                     yield (arrived - lats[i]) / 1e9, lats[i] / 1e9
 
