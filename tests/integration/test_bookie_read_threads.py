@@ -53,7 +53,7 @@ async def test_reads_from_disk_use_at_most_num_read_worker_threads(make_bookie) 
             *(c.read_entry(LEDGER, e) for c in clients for e in range(ENTRIES))
         )
         assert [a.status for a in answers] == [EOK] * (CLIENTS * ENTRIES)
-        # With the default (8) as many run at once.
+        # With the setting ignored, the default (8) would run 8 at once.
         assert most[0] == 2
         assert len(threads) == 2 and all(t.startswith("bookie-read") for t in threads)
     finally:
