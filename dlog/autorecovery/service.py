@@ -65,8 +65,8 @@ class AutoRecovery:
             metadataServiceUri=self.conf.metadata_service_uri, zkTimeout=self.conf.zk_timeout
         )
         self.bk = BookKeeper(conf=client_conf)
-        await self.bk.start()
         try:
+            await self.bk.start()
             self.urm = UnderreplicationManager(
                 self.bk.zk, self.bk.uri.ledgers_root, owner=self.candidate_id
             )
@@ -74,7 +74,11 @@ class AutoRecovery:
             self.worker = ReplicationWorker(self.bk, self.urm, self.conf)
             await self.worker.start()
         except BaseException:
-            await self.bk.close()
+            # Undone: stop() has nothing to stop, and the start's own error
+            # (ZooKeeper unreachable, say) is what the caller sees.
+            self._started = False
+            with contextlib.suppress(Exception):
+                await self.bk.close()
             raise
         self.bk.zk.add_state_listener(self._on_zk_state)
         self._election_task = asyncio.get_running_loop().create_task(self._run_elections())

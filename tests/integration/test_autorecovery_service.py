@@ -120,3 +120,20 @@ async def test_the_autorecovery_command_stops_on_sigterm(
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def test_a_failed_start_leaves_nothing_to_stop() -> None:
+    """ZooKeeper unreachable at start: start() raises its error and stop()
+    (which ``dlog autorecovery`` always calls) has nothing to undo, so the
+    command reports the ZooKeeper error, not an AttributeError of its
+    cleanup (a short chaos run's AutoRecovery died that way while
+    ZooKeeper restarted)."""
+    from dlog.errors import ZooKeeperError
+
+    uri = f"zk+hierarchical://127.0.0.1:{free_port()}/ledgers"
+    conf = BookieConfig.load(None, {"metadataServiceUri": uri, "zkTimeout": 1000, **QUIET})
+    service = AutoRecovery(conf, candidate_id="ar-x")
+    with pytest.raises(ZooKeeperError, match="could not connect to ZooKeeper"):
+        await service.start()
+    await service.stop()
+    assert not service.is_auditor
