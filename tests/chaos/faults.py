@@ -131,16 +131,28 @@ class KillAuditor(Fault):
     name = "kill-auditor"
     weight = 0.5
 
+    def __init__(self) -> None:
+        self._down = False  # killed here, not started again yet
+
     def targets(self, ctx: NemesisContext) -> list[str]:
-        a = ctx.cluster.auditor
-        return ["autorecovery"] if a is not None and a.poll() is None else []
+        # An AutoRecovery that exited on its own (it cannot start while
+        # ZooKeeper restarts: it reports that and exits, as upstream's does)
+        # is a target too: its "kill" finds it dead, and the heal starts it
+        # again, as an operator's supervisor would.
+        return [] if self._down or ctx.cluster.auditor is None else ["autorecovery"]
 
     async def inject(self, ctx: NemesisContext, target: str) -> tuple[float, dict[str, Any]]:
+        assert ctx.cluster.auditor is not None
+        exited = ctx.cluster.auditor.poll()
+        self._down = True
         await asyncio.to_thread(ctx.cluster.kill_auditor)
-        return ctx.rng.uniform(2, 6), {}
+        return ctx.rng.uniform(2, 6), {} if exited is None else {"had_exited": exited}
 
     async def heal(self, ctx: NemesisContext, target: str) -> None:
-        await asyncio.to_thread(ctx.cluster.start_auditor)
+        try:
+            await asyncio.to_thread(ctx.cluster.start_auditor)
+        finally:
+            self._down = False
 
 
 class PauseProcess(Fault):
