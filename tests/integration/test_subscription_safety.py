@@ -66,19 +66,21 @@ async def ledgers_of(ns: Namespace | StreamContext, data_set: str) -> list[int]:
 
 async def _commit_until_parked(store, sid: str, gate, first: int) -> DLSN:  # type: ignore[no-untyped-def]
     """Commit d(first), d(first+1), ... one at a time until a segment switch
-    parks at ``gate``; returns the last acknowledged commit. (A commit made
-    while the switch is parked would wait for it: check before each.)"""
+    starts, and wait for it to park at ``gate``; returns the last
+    acknowledged commit. A commit made while a switch is on waits for the
+    switch, so the loop checks for one before each: the append that crosses
+    the roll threshold starts it before that commit is acknowledged. (Polling
+    the gate instead hung whenever the switch took longer to reach it than
+    the poll waited: the next commit then waited on the parked switch.)"""
+    st = store._subs[sid]
     acked = NonInclusiveLowerBound
     for i in range(first, first + 1000):
-        for _ in range(5):
-            if gate.reached:
-                break
-            await asyncio.sleep(0.01)
-        if gate.reached:
+        if st.switching is not None:
+            await gate.wait_reached()
             return acked
         await store.advance_commit_position(sid, d(i))
         acked = d(i)
-    raise AssertionError("no segment switch reached the gate")
+    raise AssertionError("no segment switch started")
 
 
 async def test_a_takeover_racing_a_roll_leaves_one_owner_and_no_regression(open_ns) -> None:
@@ -94,7 +96,6 @@ async def test_a_takeover_racing_a_roll_leaves_one_owner_and_no_regression(open_
     await old.acquire("s")
     rolling = failpoints.arm("subscriptions.roll.after_new_segment")
     acked = await _commit_until_parked(old, "s", rolling, 1)
-    await rolling.wait_reached()
     claiming = failpoints.arm("subscriptions.takeover.before_claim")
     takeover = asyncio.ensure_future(new.acquire("s"))
     await claiming.wait_reached()  # the takeover has read (and fenced); not yet won
