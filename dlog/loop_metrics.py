@@ -112,6 +112,25 @@ class LoopMetrics(Collector):
             self._registry.unregister(self)
             self._registry.register(self)
 
+    def attach(self, registry: CollectorRegistry) -> None:
+        """Export these metrics, and any added later, through ``registry``
+        (a process's endpoint): a library object such as the ledger client
+        makes its metrics before the process that runs it picks where they
+        go."""
+        if self._registry is registry:
+            return
+        if self._registry is not None:
+            raise ValueError("these metrics are exported through another registry already")
+        registry.register(self)  # raises on a name another collector has
+        self._registry = registry
+
+    def detach(self) -> None:
+        """Stop exporting through the registry given to ``attach``, so a new
+        set of the same names (a restarted service's) can take its place."""
+        if self._registry is not None:
+            self._registry.unregister(self)
+            self._registry = None
+
     def counter(self, name: str, documentation: str, labelnames: Sequence[str] = ()) -> LoopCounter:
         c = LoopCounter(name, documentation, labelnames)
         self._add(c)

@@ -43,6 +43,7 @@ class AutoRecovery:
     ) -> None:
         self.conf = conf
         self.candidate_id = candidate_id or conf.resolved_bookie_id()
+        self._registry = registry
         self.metrics = LoopMetrics(registry)
         self.auditor_metrics = AuditorMetrics(self.metrics)
         self.is_auditor = False
@@ -67,6 +68,10 @@ class AutoRecovery:
         self.bk = BookKeeper(conf=client_conf)
         try:
             await self.bk.start()
+            if self._registry is not None:
+                # The client's own (write close, ensemble changes) and the
+                # replication worker's metrics, which live on the client.
+                self.bk.metrics.attach(self._registry)
             self.urm = UnderreplicationManager(
                 self.bk.zk, self.bk.uri.ledgers_root, owner=self.candidate_id
             )
@@ -77,6 +82,7 @@ class AutoRecovery:
             # Undone: stop() has nothing to stop, and the start's own error
             # (ZooKeeper unreachable, say) is what the caller sees.
             self._started = False
+            self.bk.metrics.detach()
             with contextlib.suppress(Exception):
                 await self.bk.close()
             raise
@@ -180,4 +186,7 @@ class AutoRecovery:
             log.exception("stopping the replication worker failed")
         self.urm.close()
         await self.bk.close()
+        # Its names freed: a new AutoRecovery in this process exports its own.
+        self.bk.metrics.detach()
+        self.metrics.detach()
         log.info("AutoRecovery stopped (%s)", self.candidate_id)

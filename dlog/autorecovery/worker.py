@@ -33,7 +33,7 @@ import logging
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
-from dlog.ledger.replicator import ReplicationOutcome, replicate_ledger
+from dlog.ledger.replicator import ReplicationOutcome, replicate_ledger, replication_metrics
 from dlog.tasks import BackgroundTasks
 
 if TYPE_CHECKING:
@@ -60,6 +60,7 @@ class ReplicationWorker:
         self._task: asyncio.Task[None] | None = None
         self._deferred = BackgroundTasks()
         self._current: int | None = None
+        replication_metrics(bk)  # exported from the start, not the first copy
         m = bk.metrics
         self.ledgers_replicated = m.counter(
             "replication_worker_ledgers_replicated",

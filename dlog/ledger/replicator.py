@@ -124,7 +124,10 @@ class _Metrics:
 _METRICS: weakref.WeakKeyDictionary[BookKeeper, _Metrics] = weakref.WeakKeyDictionary()
 
 
-def _metrics(bk: BookKeeper) -> _Metrics:
+def replication_metrics(bk: BookKeeper) -> _Metrics:
+    """The client's re-replication counters, made on first use: a process
+    that exports them (AutoRecovery) makes them at start, so a scrape has
+    them before the first copy."""
     m = _METRICS.get(bk)
     if m is None:
         m = _METRICS[bk] = _Metrics(bk)
@@ -200,7 +203,7 @@ async def replicate_ledger(
     (``failed``) and the others still go ahead; the caller checks
     :attr:`ReplicationOutcome.fully_replicated`."""
     outcome = ReplicationOutcome(ledger_id)
-    metrics = _metrics(bk)
+    metrics = replication_metrics(bk)
     targets = frozenset(bookies or ())
     # Writes keep the ledger's own format (-1): contexts are never dropped here.
     store = LedgerMetadataStore(bk.zk, bk.metadata_store.ledgers_root, -1)
@@ -299,7 +302,7 @@ async def _copy_fragment(
         log.info("%s: no entries to copy; replacing it by %s", f, new)
         return
     log.info("%s: copying %d entries to %s", f, len(entries), new)
-    metrics = _metrics(bk)
+    metrics = replication_metrics(bk)
     ensemble = dict(md.ensembles)[f.first_entry]
     available = _available(bk)
     timeout = bk.conf.add_entry_timeout_sec

@@ -10,13 +10,14 @@ import signal
 import sys
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from dlog.autorecovery.election import current_auditor
 from dlog.autorecovery.service import AutoRecovery
 from dlog.conf.bookie import BookieConfig
 from dlog.sandbox.zookeeper import free_port
 from dlog.zk import ZooKeeper
-from tests.metrics import scrape
+from tests.metrics import assert_documented, scrape
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.asyncio
@@ -52,6 +53,24 @@ async def test_one_auditor_and_takeover(make_bookie, ledgers_uri, zk: ZooKeeper)
     finally:
         await first.stop()
         await second.stop()
+
+
+async def test_a_stopped_autorecovery_frees_its_metric_names(make_bookie, ledgers_uri) -> None:  # type: ignore[no-untyped-def]
+    """Stop, then a new AutoRecovery on the same endpoint's registry (as a
+    process restarting the service would): it exports the documented set,
+    with no name left taken by the first."""
+    await make_bookie("b0")
+    conf = BookieConfig.load(None, {"metadataServiceUri": ledgers_uri, **QUIET})
+    registry = CollectorRegistry()
+    for candidate in ("ar-1", "ar-2"):
+        service = AutoRecovery(conf, candidate_id=candidate, registry=registry)
+        await service.start()
+        try:
+            text = generate_latest(registry).decode()
+            assert_documented(text, "AutoRecovery", "Ledger client", "Re-replication")
+        finally:
+            await service.stop()
+    assert generate_latest(registry) == b""
 
 
 async def test_a_bookie_with_auto_recovery_enabled_runs_it(bookie_cluster, ledgers_uri, zk) -> None:  # type: ignore[no-untyped-def]
@@ -111,6 +130,7 @@ async def test_the_autorecovery_command_stops_on_sigterm(
         await eventually(elected, 30)
         metrics = await asyncio.to_thread(scrape, metrics_port)
         assert "auditor_lost_bookies_total" in metrics
+        assert_documented(metrics, "AutoRecovery", "Ledger client", "Re-replication")
         proc.send_signal(signal.SIGTERM)
         out, _ = await asyncio.wait_for(proc.communicate(), 30)
         assert proc.returncode == 0, out.decode()

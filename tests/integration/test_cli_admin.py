@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from dlog.sandbox.zookeeper import free_port
 from tests.cli import cli_env, dlog, error_line, ok
+from tests.metrics import assert_documented, scrape
 
 
 def admin(port: int, *args: str) -> subprocess.CompletedProcess[str]:
@@ -25,12 +26,15 @@ def until(probe: Callable[[], bool], timeout: float = 20.0) -> None:
 
 
 def test_admin_commands_against_a_bookie_process_with_autorecovery(bookie_cluster) -> None:  # type: ignore[no-untyped-def]
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     cluster = bookie_cluster(
         1,
         grpcServerEnabled=True,
         grpcServerAddress="127.0.0.1",
         grpcServerPort=port,
+        enableStatistics=True,
+        prometheusStatsHttpAddress="127.0.0.1",
+        prometheusStatsHttpPort=metrics_port,
         autoRecoveryDaemonEnabled=True,
         auditorPeriodicBookieCheckInterval=0,
         auditorPeriodicCheckInterval=0,
@@ -49,6 +53,9 @@ def test_admin_commands_against_a_bookie_process_with_autorecovery(bookie_cluste
     assert "collection finished" in ok(admin(port, "gc", "--wait"))
     assert "NOT_FOUND" in error_line(admin(port, "ledger", "123456"))
     assert "dlog proxy" in error_line(admin(port, "streams"))
+    # One endpoint: the bookie's metrics and its AutoRecovery's.
+    tables = ("Bookie", "AutoRecovery", "Ledger client", "Re-replication")
+    assert_documented(scrape(metrics_port), *tables)
 
     cluster[0].stop()
     assert "unavailable" in error_line(admin(port, "health"))

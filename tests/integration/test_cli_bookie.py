@@ -10,7 +10,7 @@ from pathlib import Path
 from dlog.sandbox.bookies import BookieProcess
 from dlog.sandbox.zookeeper import free_port
 from dlog.zk import ZooKeeper
-from tests.metrics import scrape
+from tests.metrics import assert_documented, scrape
 
 
 def dlog(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -78,3 +78,4 @@ def test_metrics_endpoint(tmp_path: Path, ledgers_uri: str) -> None:
         "bookie_read_only",
     ):
         assert name in text, name
+    assert_documented(text, "Bookie")

@@ -5,12 +5,18 @@ the sandbox."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
+import signal
+import sys
 from pathlib import Path
 
 import pytest
 
+from dlog.proxy.client import Client
 from tests.cli import dlog, error_line, ok, running
+from tests.metrics import assert_documented, metric, scrape
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -63,3 +69,47 @@ def test_sandbox_proxies_and_dlog_write_through_them(tmp_path: Path) -> None:
         assert "wrote 1 record(s)" in out
     finally:
         dlog("sandbox", "stop", "--dir", str(d))
+
+
+async def test_proxy_stats_port_serves_the_documented_metrics(
+    open_namespace, zk_server, zk_root
+) -> None:  # type: ignore[no-untyped-def]
+    """`dlog proxy --stats-port 0`: its ready line names the port, whose
+    /metrics has the proxy's and its ledger client's metrics (README's
+    tables), counting a write made through it; SIGTERM stops it cleanly."""
+    await open_namespace()  # three bookies, and the namespace bound to them
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "dlog", "proxy", "--uri"),
+        f"distributedlog://{zk_server.connect_string}{zk_root}/ns",
+        *("--port", "0", "--stats-port", "0"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        assert proc.stdout is not None
+        seen: list[str] = []  # its log lines come first (stderr joins stdout)
+        ready = None
+        while ready is None:
+            line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+            assert line, "exited before serving:\n" + "".join(seen)
+            seen.append(line)
+            ready = re.match(r"proxy serving (\S+) as \S+ stats=(\d+)$", line.strip())
+        endpoint, stats_port = ready.group(1), int(ready.group(2))
+        async with Client(endpoint) as client:
+            await client.write("metered", b"one")
+        text = await asyncio.to_thread(scrape, stats_port)
+        assert_documented(text, "Write proxy", "Ledger client")
+        assert metric(text, "proxy_records_written_total") == 1
+        assert metric(text, "proxy_owned_streams") == 1
+        proc.send_signal(signal.SIGTERM)
+        out, _ = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0, out.decode()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+def test_proxy_refuses_a_stats_port_that_is_not_a_port() -> None:
+    bad = dlog("proxy", "--uri", "distributedlog://127.0.0.1:1/ns", "--stats-port", "70000")
+    assert "--stats-port 70000 is not a TCP port" in error_line(bad, 2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from dlog.loop_metrics import LoopMetrics
@@ -47,3 +48,34 @@ def test_a_scrape_restricted_to_some_names_finds_them() -> None:
     ).decode()
     samples = [line for line in text.splitlines() if not line.startswith("#")]
     assert samples == ["t_flush_seconds_count 1.0", 't_adds_total{status="ok"} 3.0']
+
+
+def test_attached_later_exports_metrics_added_before_and_after() -> None:
+    """A ledger client makes its metrics before a process attaches them to
+    its endpoint; the replication worker adds more after. A restricted
+    scrape finds both (the registry knows every name), and detaching
+    frees the names for a restarted service's set."""
+    registry = CollectorRegistry()
+    client = LoopMetrics()
+    before = client.counter("t_before", "Made before attach.")
+    client.attach(registry)
+    client.attach(registry)  # again: a no-op
+    after = client.counter("t_after", "Made after attach.")
+    before.inc()
+    after.inc(2)
+    text = generate_latest(registry.restricted_registry(["t_before_total", "t_after_total"]))
+    samples = [line for line in text.decode().splitlines() if not line.startswith("#")]
+    assert samples == ["t_before_total 1.0", "t_after_total 2.0"]
+    with pytest.raises(ValueError, match="another registry"):
+        client.attach(CollectorRegistry())
+    with pytest.raises(ValueError):  # prometheus_client: a duplicated name
+        _twin(registry)
+    client.detach()
+    assert "t_before" not in generate_latest(registry).decode()
+    _twin(registry)  # the names are free again
+
+
+def _twin(registry: CollectorRegistry) -> None:
+    twin = LoopMetrics()
+    twin.counter("t_before", "A restarted service's.")
+    twin.attach(registry)
