@@ -98,6 +98,9 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     from rich.markup import escape
 
     for line in message.splitlines() or [message]:
+        # A child process's own error line (a bookie the sandbox started)
+        # is quoted without its prefix: one "error:" a line.
+        line = line.removeprefix("error: ")
         err_console.print(f"[bold red]error:[/] {escape(line)}", soft_wrap=True)
     return typer.Exit(code)
 

@@ -85,6 +85,7 @@ SANDBOX_KEYS = frozenset(
         "metadataServiceUri",
         "journalDirectories",
         "ledgerDirectories",
+        "prometheusStatsHttpAddress",
         "prometheusStatsHttpPort",
     }
 )
@@ -276,6 +277,7 @@ def status(directory: Path = DirOption) -> None:
         ("pid", "right"),
         ("state", "left"),
         ("port", "left"),
+        ("metrics", "left"),
     ):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for r in rows:
@@ -285,6 +287,7 @@ def status(directory: Path = DirOption) -> None:
             str(r.pid) if r.pid else "-",
             "[green]alive[/]" if r.alive else "[red]stopped[/]",
             ("listening" if r.listening else "[yellow]not listening[/]") if r.alive else "-",
+            r.metrics or "-",
         )
     console.print(table)
     alive = sum(r.alive for r in rows)

@@ -146,11 +146,16 @@ class _Proc:
     directory: Path
     marker: str  # a path on its command line (its configuration file)
     pid: int | None = None
+    metrics_port: int = 0  # its Prometheus endpoint's; 0: none (yet)
     process: subprocess.Popen[bytes] | None = dataclasses.field(default=None, repr=False)
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def metrics_url(self) -> str | None:
+        return f"http://{self.host}:{self.metrics_port}/metrics" if self.metrics_port else None
 
     def alive(self) -> bool:
         if self.process is not None and self.process.pid == self.pid:
@@ -212,6 +217,7 @@ class ProcessStatus:
     alive: bool  # the process runs
     listening: bool  # its port accepts connections
     directory: str
+    metrics: str | None = None  # its Prometheus endpoint (bookies and proxies)
 
 
 # ---------------------------------------------------------------------------
@@ -269,6 +275,21 @@ class Sandbox:
     def _proxy_proc(self, index: int, port: int) -> _Proc:
         d = self.directory / f"proxy-{index}"
         return _Proc(f"proxy-{index}", self.host, port, d, str(d / "dlog.conf"))
+
+    @property
+    def metrics_enabled(self) -> bool:
+        """Whether bookies and proxies serve Prometheus metrics, each on a
+        free port of its own: BookKeeper's ``enableStatistics`` (default
+        true) among the bookie settings."""
+        from dlog.conf.bookie import BookieConfig
+
+        return BookieConfig.from_mapping(self.bookie_settings).enable_statistics
+
+    def _metrics_port(self, p: _Proc) -> int:
+        """``p``'s metrics port: the one it had, unless taken meanwhile."""
+        if not p.metrics_port or not _port_free(self.host, p.metrics_port):
+            p.metrics_port = free_port(self.host)
+        return p.metrics_port
 
     # -- addresses -------------------------------------------------------------
     @property
@@ -328,6 +349,8 @@ class Sandbox:
                     "ledgers_dir": str(b.directory / "ledgers"),
                     "conf": b.marker,
                     "log": str(b.directory / "bookie.log"),
+                    "metrics_port": b.metrics_port,
+                    "metrics": b.metrics_url,
                 }
                 for i, b in enumerate(self.bookies)
             ],
@@ -340,6 +363,8 @@ class Sandbox:
                     "dir": str(p.directory),
                     "conf": p.marker,
                     "log": str(p.directory / "proxy.log"),
+                    "metrics_port": p.metrics_port,
+                    "metrics": p.metrics_url,
                 }
                 for i, p in enumerate(self.proxies)
             ],
@@ -386,9 +411,11 @@ class Sandbox:
             for b, info in zip(sb.bookies, bookies, strict=True):
                 b.port = int(info["port"])
                 b.pid = _opt_int(info.get("pid"))
+                b.metrics_port = int(info.get("metrics_port") or 0)
             for p, info in zip(sb.proxies, proxies, strict=True):
                 p.port = int(info["port"])
                 p.pid = _opt_int(info.get("pid"))
+                p.metrics_port = int(info.get("metrics_port") or 0)
         except (KeyError, TypeError, ValueError) as e:
             raise SandboxError(f"{path}: malformed sandbox state ({e!r})") from None
         return sb
@@ -418,6 +445,7 @@ class Sandbox:
                     alive=alive,
                     listening=alive and p.port > 0 and _port_open(p.host, p.port),
                     directory=str(p.directory),
+                    metrics=p.metrics_url,
                 )
             )
         return rows
@@ -448,10 +476,12 @@ class Sandbox:
         self.zookeeper.port = old_zk
         for b, old in zip(self.bookies, previous.bookies, strict=False):
             b.port = old.port  # a bookie's id (and its cookie) is host:port
+            b.metrics_port = old.metrics_port
         if self._requested_proxies is None:  # as many as it had
             self.proxies = [self._proxy_proc(i, 0) for i in range(len(previous.proxies))]
         for p, old in zip(self.proxies, previous.proxies, strict=False):
             p.port = old.port  # what clients were given
+            p.metrics_port = old.metrics_port
 
     def start(self, *, detach: bool = False, timeout: float = 60.0) -> Self:
         """Start ZooKeeper, create the cluster layout, bind the namespace,
@@ -505,12 +535,21 @@ class Sandbox:
         return self
 
     def _launch_bookie(self, b: _Proc, *, detach: bool) -> BookieProcess:
+        metrics: dict[str, Any] = {"enableStatistics": False}
+        if self.metrics_enabled:
+            metrics = {
+                "enableStatistics": True,
+                "prometheusStatsHttpAddress": self.host,
+                "prometheusStatsHttpPort": self._metrics_port(b),
+            }
+        else:
+            b.metrics_port = 0
         bp = BookieProcess(
             b.directory,
             self.metadata_service_uri,
             port=b.port,
             address=self.host,
-            **self.bookie_settings,
+            **{**self.bookie_settings, **metrics},
         )
         bp.start(detach=detach, wait=False)
         b.port = bp.port
@@ -530,6 +569,11 @@ class Sandbox:
                 "# Write proxy settings (dlog.conf keys); `dlog sandbox` passes the\n"
                 "# namespace URI and the port on the command line.\n"
             )
+        stats: list[str] = []
+        if self.metrics_enabled:
+            stats = ["--stats-port", str(self._metrics_port(p))]
+        else:
+            p.metrics_port = 0
         with open(p.directory / "proxy.log", "ab") as out:
             process = subprocess.Popen(
                 [
@@ -545,6 +589,7 @@ class Sandbox:
                     p.host,
                     "--port",
                     str(p.port),
+                    *stats,
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=out,

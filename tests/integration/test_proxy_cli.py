@@ -53,6 +53,19 @@ def test_sandbox_proxies_and_dlog_write_through_them(tmp_path: Path) -> None:
         status = ok(dlog("sandbox", "status", "--dir", str(d)))
         assert "proxy-0" in status and "proxy-1" in status and "all processes alive" in status
 
+        # Every bookie and proxy serves its metrics on a port of its own
+        # (BookKeeper's enableStatistics=true), shown in sandbox.json.
+        bookies = state["bookies"]
+        ports = [p["metrics_port"] for p in bookies + proxies]
+        assert all(ports) and len(set(ports)) == len(ports)
+        assert proxies[0]["metrics"] == f"http://127.0.0.1:{proxies[0]['metrics_port']}/metrics"
+        assert_documented(scrape(bookies[0]["metrics_port"]), "Bookie")
+        proxy_metrics = [scrape(p["metrics_port"]) for p in proxies]
+        for text in proxy_metrics:
+            assert_documented(text, "Write proxy", "Ledger client")
+        # The 2500 records (the refused calls sent none).
+        assert sum(metric(t, "proxy_records_written_total") for t in proxy_metrics) == 2500
+
         ok(dlog("sandbox", "stop", "--dir", str(d)))
         assert not any(running(p["pid"]) for p in proxies)
         stopped = json.loads((d / "sandbox.json").read_text())
@@ -63,10 +76,40 @@ def test_sandbox_proxies_and_dlog_write_through_them(tmp_path: Path) -> None:
 
         # Resumed: the same proxy ports (clients were given them).
         ok(dlog("sandbox", "start", "--dir", str(d)))
-        resumed = json.loads((d / "sandbox.json").read_text())["proxies"]
+        again = json.loads((d / "sandbox.json").read_text())
+        resumed = again["proxies"]
         assert [p["endpoint"] for p in resumed] == [p["endpoint"] for p in proxies]
+        assert [p["metrics_port"] for p in again["bookies"] + resumed] == ports
         out = ok(dlog("write", "--proxy", endpoints, "events", input="after restart\n"))
         assert "wrote 1 record(s)" in out
+    finally:
+        dlog("sandbox", "stop", "--dir", str(d))
+
+
+def test_a_sandbox_with_statistics_off_serves_no_metrics(tmp_path: Path) -> None:
+    """`--set enableStatistics=false`: no bookie or proxy opens a metrics
+    port. (Before each got a port of its own, `--set enableStatistics=true`
+    started every bookie on BookKeeper's 8000, and all but one exited.)"""
+    d = tmp_path / "sb"
+    try:
+        ok(
+            dlog(
+                "sandbox",
+                "start",
+                "--dir",
+                str(d),
+                "--bookies",
+                "1",
+                "--proxies",
+                "1",
+                "--set",
+                "enableStatistics=false",
+            )
+        )
+        state = json.loads((d / "sandbox.json").read_text())
+        assert [p["metrics"] for p in state["bookies"] + state["proxies"]] == [None, None]
+        status = ok(dlog("sandbox", "status", "--dir", str(d)))
+        assert "http://" not in status and "all processes alive" in status
     finally:
         dlog("sandbox", "stop", "--dir", str(d))
 
