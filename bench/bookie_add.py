@@ -79,7 +79,8 @@ from dlog.errors import STATUS_NAMES
 from dlog.ledger.bookie_client import BookieClient
 from dlog.ledger.digest import CRC32C, DigestManager
 from dlog.sandbox.bookies import BookieProcess
-from dlog.sandbox.zookeeper import ZooKeeperServer, free_port
+from dlog.sandbox.ports import free_port
+from dlog.sandbox.zookeeper import ZooKeeperServer
 from dlog.stall_watchdog import HEADER as STALL_HEADER
 
 ENTRY_SIZE = 1024

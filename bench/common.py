@@ -22,7 +22,8 @@ from typing import Any
 from dlog.conf.dlog import KEY_ALIASES, DLogConfig
 from dlog.errors import ConfigError
 from dlog.sandbox.bookies import BookieProcess, bookie_config, wait_serving
-from dlog.sandbox.zookeeper import ZooKeeperServer, free_port
+from dlog.sandbox.ports import free_port
+from dlog.sandbox.zookeeper import ZooKeeperServer
 
 #: Bookie settings the client benchmarks use: synced journal, entry-log
 #: writeback spread out (journal and entry logs share one disk here), and

@@ -46,7 +46,8 @@ from dlog.bookie.service import BookieService
 from dlog.ledger.client import BookKeeper
 from dlog.ledger.write_handle import WriteHandle
 from dlog.sandbox.bookies import bookie_config
-from dlog.sandbox.zookeeper import ZooKeeperServer, free_port
+from dlog.sandbox.ports import free_port
+from dlog.sandbox.zookeeper import ZooKeeperServer
 
 MODES = {False: "single_log", True: "log_per_ledger"}
 

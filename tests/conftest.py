@@ -140,7 +140,7 @@ async def make_bookie(tmp_path, ledgers_uri, entry_log_per_ledger):  # type: ign
     from dlog.bookie.service import BookieService
     from dlog.conf.bookie import BookieConfig
     from dlog.sandbox.bookies import bookie_config
-    from dlog.sandbox.zookeeper import free_port
+    from dlog.sandbox.ports import free_port
 
     started: list[BookieService] = []
 

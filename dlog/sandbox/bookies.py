@@ -14,11 +14,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Self
 
 from dlog.conf.bookie import BookieConfig
-from dlog.sandbox.zookeeper import free_port, pid_alive, stop_pid
+from dlog.sandbox.ports import free_port
+from dlog.sandbox.zookeeper import pid_alive, stop_pid
 from dlog.uri import parse_metadata_service_uri
 
 
@@ -106,16 +108,18 @@ def wait_serving(
 
 
 async def wait_registered(
-    hosts: str, ledgers_root: str, started: dict[str, float], timeout: float
+    hosts: str, ledgers_root: str, bookies: Iterable[BookieProcess], timeout: float
 ) -> None:
-    """Wait until each bookie in ``started`` (bookie id -> the wall-clock
-    time its process started) is registered in ZooKeeper, writable or
-    read-only, by a node created since then.
+    """Wait until each of ``bookies`` is registered in ZooKeeper, writable
+    or read-only, by a node created since its process started; fail at once,
+    with its log, if one of the processes exits first.
 
     A bookie killed with SIGKILL leaves its registration behind until its
     ZooKeeper session expires, and the restarted process registers only
     after that. A node that merely exists may be the dead one's; its
     creation time tells them apart (ZooKeeper and the sandbox share a clock).
+    A process that dies after its port answered (another server holding the
+    same port answers for it) would otherwise be waited for in vain.
     """
     from dlog.zk import ZooKeeper
 
@@ -123,23 +127,35 @@ async def wait_registered(
     await zk.start()
     try:
         deadline = time.monotonic() + timeout
-        waiting = dict(started)
+        waiting = {b.bookie_id: b for b in bookies}
         while True:
-            for bookie_id, since in list(waiting.items()):
+            for bookie_id, b in list(waiting.items()):
                 for path in (
                     f"{ledgers_root}/available/{bookie_id}",
                     f"{ledgers_root}/available/readonly/{bookie_id}",
                 ):
                     stat = await zk.exists(path)
-                    if stat is not None and stat.created >= since:
+                    if stat is not None and stat.created >= b.started_at:
                         del waiting[bookie_id]
                         break
+                else:
+                    if not b.is_running():
+                        code = b.process.returncode if b.process is not None else None
+                        raise BookieLaunchError(
+                            f"bookie {bookie_id} exited"
+                            + (f" with code {code}" if code is not None else "")
+                            + f" before it registered in ZooKeeper:\n{b.log_tail()}"
+                        )
             if not waiting:
                 return
             if time.monotonic() > deadline:
+                logs = "".join(
+                    f"\n--- {bookie_id}, still running, log tail:\n{waiting[bookie_id].log_tail(15)}"
+                    for bookie_id in sorted(waiting)
+                )
                 raise BookieLaunchError(
                     f"bookies {', '.join(sorted(waiting))} did not register in ZooKeeper "
-                    f"within {timeout}s"
+                    f"within {timeout}s{logs}"
                 )
             await asyncio.sleep(0.1)
     finally:
@@ -262,9 +278,7 @@ class BookieProcess:
     def wait_registered(self, timeout: float = 60.0) -> None:
         """Wait until this process (not a killed predecessor) is registered."""
         uri = parse_metadata_service_uri(self.metadata_service_uri)
-        asyncio.run(
-            wait_registered(uri.hosts, uri.ledgers_root, {self.bookie_id: self.started_at}, timeout)
-        )
+        asyncio.run(wait_registered(uri.hosts, uri.ledgers_root, [self], timeout))
 
     def is_running(self) -> bool:
         if self.process is not None:
@@ -301,8 +315,7 @@ class BookieCluster:
         for b in self.bookies:
             wait_serving(b.address, b.port, timeout, b.process, b.log_path)
         uri = parse_metadata_service_uri(self.metadata_service_uri)
-        started = {b.bookie_id: b.started_at for b in self.bookies}
-        asyncio.run(wait_registered(uri.hosts, uri.ledgers_root, started, timeout))
+        asyncio.run(wait_registered(uri.hosts, uri.ledgers_root, self.bookies, timeout))
         return self
 
     def stop(self) -> None:

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any, Self
 
 from dlog.sandbox.bookies import BookieProcess, wait_registered, wait_serving
-from dlog.sandbox.zookeeper import ZooKeeperServer, free_port
+from dlog.sandbox.ports import free_port
+from dlog.sandbox.zookeeper import ZooKeeperServer
 
 __all__ = [
     "STATE_FILE",
@@ -622,7 +623,7 @@ class Sandbox:
             wait_registered(
                 self.zk_connect_string,
                 self.ledgers_root,
-                {bp.bookie_id: bp.started_at for bp in launched},
+                launched,
                 timeout,
             )
         )

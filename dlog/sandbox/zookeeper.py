@@ -9,7 +9,6 @@ saying how to install them.
 from __future__ import annotations
 
 import os
-import random
 import re
 import shutil
 import signal
@@ -19,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Self
+
+from dlog.sandbox.ports import free_port
 
 DEFAULT_CLASSPATH = [
     "/usr/share/java/zookeeper.jar",
@@ -33,46 +34,6 @@ INSTALL_HINT = (
 
 class ZooKeeperLaunchError(RuntimeError):
     """ZooKeeper could not be started."""
-
-
-#: Where free ports are looked for: below the kernel's ephemeral range.
-PORT_FLOOR = 10_000
-#: Linux's default ephemeral range, where /proc does not say.
-_EPHEMERAL_DEFAULT = (32768, 60999)
-
-
-def ephemeral_ports() -> tuple[int, int]:
-    """The range the kernel takes outgoing connections' source ports from."""
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return _EPHEMERAL_DEFAULT
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago, for a server started soon after.
-
-    It is chosen outside the kernel's ephemeral range: a port from that
-    range (what binding port 0 gives) can be taken as the source port of
-    any outgoing connection before the server binds it, as a busy test run
-    or benchmark makes many ("address already in use"). Random, so that
-    processes choosing at once rarely choose alike."""
-    low, high = ephemeral_ports()
-    ranges = [(a, b) for a, b in ((PORT_FLOOR, low - 1), (high + 1, 65535)) if a <= b]
-    rng = random.SystemRandom()
-    for _ in range(200 if ranges else 0):
-        a, b = rng.choice(ranges)
-        port = rng.randint(a, b)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-            return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def four_letter_word(host: str, port: int, word: str, timeout: float = 2.0) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dlog.sandbox.cluster import Sandbox
-from dlog.sandbox.zookeeper import free_port
+from dlog.sandbox.ports import free_port
 
 __all__ = ["ChaosCluster"]
 

@@ -22,7 +22,7 @@ from dlog.ledger.client import BookKeeper
 from dlog.protocol import bookie_service_info as bsi
 from dlog.protocol import messages as m
 from dlog.protocol.bookkeeper_pb2 import Request
-from dlog.sandbox.zookeeper import free_port
+from dlog.sandbox.ports import free_port
 from dlog.zk import ZooKeeper
 from tests.bookie_relay import BookieRelay
 from tests.waiting import eventually

@@ -21,7 +21,7 @@ from dlog.ledger.digest import DigestManager
 from dlog.ledger.quorum import write_set
 from dlog.protocol.data_formats_pb2 import LockDataFormat
 from dlog.sandbox.bookies import bookie_config
-from dlog.sandbox.zookeeper import free_port
+from dlog.sandbox.ports import free_port
 from dlog.zk import ZooKeeper
 
 

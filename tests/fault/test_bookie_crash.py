@@ -227,7 +227,7 @@ def test_sigterm_during_start_up_stops_the_bookie_at_once(tmp_path: Path) -> Non
     """A bookie still starting (here: ZooKeeper out of reach, so it waits up
     to its 15 s connect timeout) stops on SIGTERM at once and cleanly, not
     once start-up is over. Before, the signal was only seen after start-up."""
-    from dlog.sandbox.zookeeper import free_port
+    from dlog.sandbox.ports import free_port
 
     bookie = BookieProcess(
         tmp_path / "b", f"zk+hierarchical://127.0.0.1:{free_port()}/ledgers"

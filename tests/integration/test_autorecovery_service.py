@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from dlog.autorecovery.election import current_auditor
 from dlog.autorecovery.service import AutoRecovery
 from dlog.conf.bookie import BookieConfig
-from dlog.sandbox.zookeeper import free_port
+from dlog.sandbox.ports import free_port
 from dlog.zk import ZooKeeper
 from tests.metrics import assert_documented, scrape
 from tests.waiting import eventually

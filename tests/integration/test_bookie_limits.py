@@ -19,7 +19,7 @@ from dlog.ledger.digest import CRC32C, DigestManager
 from dlog.protocol import messages as m
 from dlog.protocol.frame import FrameDecoder, encode_frame
 from dlog.sandbox.bookies import BookieProcess
-from dlog.sandbox.zookeeper import free_port
+from dlog.sandbox.ports import free_port
 from tests.metrics import metric, scrape
 
 KEY = DigestManager(1, CRC32C, b"pw").master_key

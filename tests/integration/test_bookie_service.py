@@ -14,7 +14,7 @@ from dlog.bookie.server import BookieServer
 from dlog.bookie.service import BookieService
 from dlog.ledger.bookie_client import BookieClient
 from dlog.sandbox.bookies import bookie_config
-from dlog.sandbox.zookeeper import free_port
+from dlog.sandbox.ports import free_port
 from dlog.zk import ZooKeeper
 
 

@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from dlog.sandbox.zookeeper import free_port
+from dlog.sandbox.ports import free_port
 from tests.cli import cli_env, dlog, error_line, ok
 from tests.metrics import assert_documented, scrape
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from dlog.sandbox.bookies import BookieProcess
-from dlog.sandbox.zookeeper import free_port
+from dlog.sandbox.ports import free_port
 from dlog.zk import ZooKeeper
 from tests.metrics import assert_documented, scrape
 

@@ -15,7 +15,7 @@ import pytest
 
 from dlog.ledger.client import BookKeeper
 from dlog.ledger.metadata import LedgerCreateContext
-from dlog.sandbox.zookeeper import free_port
+from dlog.sandbox.ports import free_port
 
 pytestmark = pytest.mark.integration
 

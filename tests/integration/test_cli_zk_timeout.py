@@ -15,7 +15,7 @@ import pytest
 from dlog.conf.dlog import DLogConfig
 from dlog.errors import ZooKeeperError
 from dlog.namespace import Namespace
-from dlog.sandbox.zookeeper import free_port
+from dlog.sandbox.ports import free_port
 
 
 @pytest.fixture

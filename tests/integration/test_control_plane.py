@@ -17,7 +17,7 @@ from dlog.control.rpc import METHODS
 from dlog.ledger.client import BookKeeper
 from dlog.protocol import admin_pb2 as pb
 from dlog.protocol import bookie_service_info as bsi
-from dlog.sandbox.zookeeper import free_port
+from dlog.sandbox.ports import free_port
 from dlog.zk import ZooKeeper
 from tests.waiting import eventually
 

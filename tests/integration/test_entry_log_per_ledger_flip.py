@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from dlog.errors import EOK
-from dlog.sandbox.zookeeper import free_port
+from dlog.sandbox.ports import free_port
 from tests.integration.test_bookie_server import KEY, connect, entry
 from tests.integration.test_entry_log_per_ledger_config import ledger_dirs, logs_on_disk
 

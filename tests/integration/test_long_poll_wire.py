@@ -20,7 +20,7 @@ from dlog.errors import ENOLEDGER
 from dlog.ledger.client import BookKeeper
 from dlog.protocol import messages as m
 from dlog.protocol.bookkeeper_pb2 import Request
-from dlog.sandbox.zookeeper import free_port
+from dlog.sandbox.ports import free_port
 from tests.bookie_relay import BookieRelay
 
 

@@ -433,7 +433,7 @@ async def test_admin_operations_through_the_client(make_proxy: MakeProxy) -> Non
 
 async def test_server_settings(open_namespace) -> None:  # type: ignore[no-untyped-def]
     """server_port, server_shard and server_max_frame_bytes are honoured."""
-    from dlog.sandbox.zookeeper import free_port
+    from dlog.sandbox.ports import free_port
 
     port = free_port()
     ns = await open_namespace(server_port=port, server_shard=7, server_max_frame_bytes=2048)

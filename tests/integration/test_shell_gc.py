@@ -129,7 +129,7 @@ async def test_triggergc_bad_input_is_one_error_line(make_bookie) -> None:
     # A bookie without httpServerEnabled: nothing listens.
     bookie = await make_bookie("b0")
     assert bookie.admin is None
-    from dlog.sandbox.zookeeper import free_port
+    from dlog.sandbox.ports import free_port
 
     r = await asyncio.to_thread(dlog, "shell", "triggergc", "-b", f"127.0.0.1:{free_port()}")
     assert "httpServerEnabled" in error_line(r, 1)

@@ -13,7 +13,7 @@ from dlog.conf.bookkeeper import ClientConfig
 from dlog.ledger.client import BookKeeper
 from dlog.protocol import messages as m
 from dlog.protocol.bookkeeper_pb2 import Request
-from dlog.sandbox.zookeeper import free_port
+from dlog.sandbox.ports import free_port
 from tests.bookie_relay import BookieRelay
 from tests.waiting import eventually
 
