@@ -39,6 +39,15 @@ def dlog(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
     return r, time.monotonic() - start
 
 
+def startup() -> float:
+    """What starting the CLI and loading a command costs on this machine now
+    (seconds under a loaded test run, a fraction of one when idle): the
+    upper bounds below are on the wait itself."""
+    r, took = dlog("stream", "list", "--help")
+    assert r.returncode == 0, r.stderr
+    return took
+
+
 def one_error(r: subprocess.CompletedProcess[str]) -> str:
     assert r.returncode == 1, r.stderr
     assert r.stderr.count("\n") == 1, r.stderr
@@ -51,18 +60,19 @@ def test_the_cli_gives_up_within_5_s_naming_the_setting(dead_uri: str) -> None:
     assert one_error(r) == (
         f"error: could not connect to ZooKeeper at {hosts} within 5 s (zkConnectionTimeoutSeconds)"
     )
-    assert 5 <= took < 8, took
+    assert 5 <= took < 7 + startup(), took
 
 
 def test_set_and_conf_change_the_cli_timeout(dead_uri: str, tmp_path: Path) -> None:
     r, took = dlog("stream", "list", "--uri", dead_uri, "--set", "zkConnectionTimeoutSeconds=1")
     assert "within 1 s (zkConnectionTimeoutSeconds)" in one_error(r)
-    assert 1 <= took < 4, took
+    # Below the default's 5 s, whatever starting the process took.
+    assert 1 <= took < 3 + startup(), took
     conf = tmp_path / "dlog.conf"
     conf.write_text("zkConnectionTimeoutSeconds=2\n")
     r, took = dlog("stream", "list", "--uri", dead_uri, "--conf", str(conf))
     assert "within 2 s (zkConnectionTimeoutSeconds)" in one_error(r)
-    assert 2 <= took < 5, took
+    assert 2 <= took < 4 + startup(), took
 
 
 async def test_library_users_wait_their_session_timeout(dead_uri: str) -> None:
