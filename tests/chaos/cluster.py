@@ -14,8 +14,12 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from dlog.sandbox.cluster import Sandbox
 from dlog.sandbox.ports import free_port
@@ -43,6 +47,10 @@ class ChaosCluster:
         )
         self.auditor: subprocess.Popen[bytes] | None = None
         self.auditor_starts = 0
+        self.auditor_stats_port = 0
+        #: Re-replication counters of AutoRecovery processes gone (a process's
+        #: counters start at zero: each is read before it is stopped or killed).
+        self.replication_banked: Counter[str] = Counter()
         self.mounted: Path | None = None
 
     # -- lifecycle -----------------------------------------------------------------
@@ -102,7 +110,7 @@ class ChaosCluster:
             # Its own port: BookKeeper's 8000 may be taken by another process
             # on the host, and an AutoRecovery that cannot bind it exits.
             "prometheusStatsHttpAddress": "127.0.0.1",
-            "prometheusStatsHttpPort": free_port(),
+            "prometheusStatsHttpPort": self._auditor_stats_port(),
         }
         conf.write_text("".join(f"{k}={_conf_value(v)}\n" for k, v in values.items()))
         self.auditor_starts += 1
@@ -123,12 +131,44 @@ class ChaosCluster:
                 stderr=subprocess.STDOUT,
             )
 
+    def _auditor_stats_port(self) -> int:
+        self.auditor_stats_port = free_port()
+        return self.auditor_stats_port
+
+    def _auditor_replication(self) -> Counter[str]:
+        """The running AutoRecovery's ``replication_worker_*`` counters
+        (empty if it is down or does not answer)."""
+        if self.auditor is None or self.auditor.poll() is not None:
+            return Counter()
+        url = f"http://127.0.0.1:{self.auditor_stats_port}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return Counter()
+        out: Counter[str] = Counter()
+        for family in text_string_to_metric_families(text):
+            if family.type == "counter" and family.name.startswith("replication_worker_"):
+                for sample in family.samples:
+                    if sample.name.endswith("_total"):
+                        labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                        out[f"{sample.name}{{{labels}}}" if labels else sample.name] += int(
+                            sample.value
+                        )
+        return out
+
+    def replication_counters(self) -> dict[str, int]:
+        """Re-replication done in the run by every AutoRecovery so far."""
+        return dict(sorted((self.replication_banked + self._auditor_replication()).items()))
+
     def kill_auditor(self) -> None:
+        self.replication_banked += self._auditor_replication()
         if self.auditor is not None and self.auditor.poll() is None:
             self.auditor.kill()
             self.auditor.wait()
 
     def stop_auditor(self) -> None:
+        self.replication_banked += self._auditor_replication()
         if self.auditor is not None and self.auditor.poll() is None:
             self.auditor.terminate()
             try:

@@ -543,6 +543,7 @@ class Run:
             "autorecovery exits": exits,
             "under-replicated": [u[0] for u in under][:20],
             "bad replicas": [str(b) for b in bad][:20],
+            "re-replication": self.cluster.replication_counters(),
         }
 
     async def final_state(self) -> dict[str, Any]:
