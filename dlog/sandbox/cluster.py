@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from dlog.sandbox.bookies import BookieProcess, wait_registered, wait_serving
-from dlog.sandbox.ports import free_port
+from dlog.sandbox.ports import free_port, port_free
 from dlog.sandbox.zookeeper import ZooKeeperServer
 
 __all__ = [
@@ -125,16 +125,6 @@ def _port_open(host: str, port: int, timeout: float = 0.5) -> bool:
             return True
     except OSError:
         return False
-
-
-def _port_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 @dataclasses.dataclass(eq=False)
@@ -288,7 +278,7 @@ class Sandbox:
 
     def _metrics_port(self, p: _Proc) -> int:
         """``p``'s metrics port: the one it had, unless taken meanwhile."""
-        if not p.metrics_port or not _port_free(self.host, p.metrics_port):
+        if not p.metrics_port or not port_free(self.host, p.metrics_port):
             p.metrics_port = free_port(self.host)
         return p.metrics_port
 
@@ -498,7 +488,7 @@ class Sandbox:
         self._resume_ports()
         self.detached = detach
         for p in self._procs():
-            if p.port and not _port_free(self.host, p.port):
+            if p.port and not port_free(self.host, p.port):
                 raise SandboxError(
                     f"{p.name}: port {p.port} on {self.host} is in use"
                     + (
@@ -754,7 +744,7 @@ class Sandbox:
 def _wait_port_free(p: _Proc, timeout: float = 5.0) -> None:
     """The old process closed its socket; give the kernel a moment."""
     deadline = time.monotonic() + timeout
-    while not _port_free(p.host, p.port) and time.monotonic() < deadline:
+    while not port_free(p.host, p.port) and time.monotonic() < deadline:
         time.sleep(0.1)
 
 

@@ -81,8 +81,12 @@ def _lease(port: int) -> bool:
     return True
 
 
-def _bindable(host: str, port: int) -> bool:
+def port_free(host: str, port: int) -> bool:
+    """Whether a server could bind ``host:port`` now (with SO_REUSEADDR, as
+    asyncio's and Java's servers bind: a closed connection's TIME_WAIT does
+    not hold the port)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
@@ -112,7 +116,7 @@ def free_port(host: str = "127.0.0.1") -> int:
             # Uniform over all candidate ports, not over the two ranges: the
             # one above the ephemeral range is much the smaller.
             port = _nth(ranges, rng.randrange(total))
-            if port in _chosen or not _bindable(host, port) or not _lease(port):
+            if port in _chosen or not port_free(host, port) or not _lease(port):
                 continue
             _chosen.add(port)
             return port

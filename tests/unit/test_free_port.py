@@ -36,7 +36,7 @@ def test_a_port_is_not_handed_out_twice_while_its_server_is_down(
     three, and a fourth none of them."""
     low = 65533
     monkeypatch.setattr(ports, "ephemeral_ports", lambda: (ports.PORT_FLOOR, low - 1))
-    monkeypatch.setattr(ports, "_bindable", lambda host, port: True)
+    monkeypatch.setattr(ports, "port_free", lambda host, port: True)
     monkeypatch.setattr(ports, "_lease", lambda port: True)
     monkeypatch.setattr(ports, "_chosen", set())
     assert sorted(free_port() for _ in range(3)) == [65533, 65534, 65535]
