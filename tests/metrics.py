@@ -4,13 +4,31 @@ from __future__ import annotations
 
 import re
 import urllib.request
+from collections import Counter
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 
 def scrape(port: int, timeout: float = 10.0) -> str:
     """The text ``/metrics`` on 127.0.0.1:``port`` serves now."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as r:
         return str(r.read().decode())
+
+
+def counters(text: str, prefix: str) -> Counter[str]:
+    """Every counter series whose family starts with ``prefix`` in scraped
+    ``text``, as ``name{label=value,...}`` (``name`` when unlabelled) ->
+    value; ``_created`` series are left out."""
+    out: Counter[str] = Counter()
+    for family in text_string_to_metric_families(text):
+        if family.type != "counter" or not family.name.startswith(prefix):
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_total"):
+                labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                out[f"{sample.name}{{{labels}}}" if labels else sample.name] += int(sample.value)
+    return out
 
 
 def metric(text: str, name: str, **labels: str) -> float:

@@ -14,15 +14,13 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from dlog.sandbox.cluster import Sandbox
 from dlog.sandbox.ports import free_port
+from tests.metrics import counters, scrape
 
 __all__ = ["ChaosCluster"]
 
@@ -98,6 +96,7 @@ class ChaosCluster:
     # -- AutoRecovery -------------------------------------------------------------
     def start_auditor(self) -> None:
         conf = self.directory / "autorecovery.conf"
+        self.auditor_stats_port = free_port()
         values = {
             "metadataServiceUri": self.sandbox.metadata_service_uri,
             "zkTimeout": self.bookie_settings.get("zkTimeout", 4000),
@@ -110,7 +109,7 @@ class ChaosCluster:
             # Its own port: BookKeeper's 8000 may be taken by another process
             # on the host, and an AutoRecovery that cannot bind it exits.
             "prometheusStatsHttpAddress": "127.0.0.1",
-            "prometheusStatsHttpPort": self._auditor_stats_port(),
+            "prometheusStatsHttpPort": self.auditor_stats_port,
         }
         conf.write_text("".join(f"{k}={_conf_value(v)}\n" for k, v in values.items()))
         self.auditor_starts += 1
@@ -131,31 +130,15 @@ class ChaosCluster:
                 stderr=subprocess.STDOUT,
             )
 
-    def _auditor_stats_port(self) -> int:
-        self.auditor_stats_port = free_port()
-        return self.auditor_stats_port
-
     def _auditor_replication(self) -> Counter[str]:
         """The running AutoRecovery's ``replication_worker_*`` counters
         (empty if it is down or does not answer)."""
         if self.auditor is None or self.auditor.poll() is not None:
             return Counter()
-        url = f"http://127.0.0.1:{self.auditor_stats_port}/metrics"
         try:
-            with urllib.request.urlopen(url, timeout=5) as r:
-                text = r.read().decode()
+            return counters(scrape(self.auditor_stats_port, timeout=5), "replication_worker_")
         except OSError:
             return Counter()
-        out: Counter[str] = Counter()
-        for family in text_string_to_metric_families(text):
-            if family.type == "counter" and family.name.startswith("replication_worker_"):
-                for sample in family.samples:
-                    if sample.name.endswith("_total"):
-                        labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
-                        out[f"{sample.name}{{{labels}}}" if labels else sample.name] += int(
-                            sample.value
-                        )
-        return out
 
     def replication_counters(self) -> dict[str, int]:
         """Re-replication done in the run by every AutoRecovery so far."""
