@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 
-from dlog.sandbox.bookies import BookieLaunchError, BookieProcess
+from dlog.sandbox.bookies import BookieLaunchError, BookieProcess, wait_registered
+from dlog.uri import parse_metadata_service_uri
 
 
 def test_a_bookie_dying_after_its_port_answered_fails_the_wait_at_once(  # type: ignore[no-untyped-def]
@@ -29,3 +31,18 @@ def test_a_bookie_dying_after_its_port_answered_fails_the_wait_at_once(  # type:
     assert "before it registered in ZooKeeper" in message
     assert "already in use" in message  # the bookie's own log says why
     assert other.is_running()
+
+
+def test_a_bookie_that_never_registers_is_reported_with_its_log(  # type: ignore[no-untyped-def]
+    bookie_cluster, ledgers_uri
+) -> None:
+    """A bookie alive but not registered where the launcher looks: the
+    timeout names it and quotes its log, so a failed run says why."""
+    (bookie,) = bookie_cluster(1).bookies
+    uri = parse_metadata_service_uri(ledgers_uri)
+    with pytest.raises(BookieLaunchError) as raised:
+        asyncio.run(wait_registered(uri.hosts, f"{uri.ledgers_root}-elsewhere", [bookie], 1.0))
+    message = str(raised.value)
+    assert f"bookies {bookie.bookie_id} did not register in ZooKeeper within 1.0s" in message
+    assert f"--- {bookie.bookie_id}, still running, log tail:" in message
+    assert "registered bookie at" in message  # its own log, registered in its own root
